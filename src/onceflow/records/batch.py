@@ -1,0 +1,157 @@
+"""RecordBatch v2 headers: parse, validate and patch them in place, without decoding records.
+
+Layout (all big-endian), offsets in bytes from the start of the batch:
+  0 baseOffset int64 | 8 batchLength int32 | 12 partitionLeaderEpoch int32 | 16 magic int8
+  17 crc uint32 (CRC-32C of bytes 21..end) | 21 attributes int16 | 23 lastOffsetDelta int32
+  27 baseTimestamp int64 | 35 maxTimestamp int64 | 43 producerId int64 | 51 producerEpoch int16
+  53 baseSequence int32 | 57 recordsCount int32 | 61 records...
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from onceflow.records.errors import CorruptRecordError, UnsupportedMagicError
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the part not counted in batchLength
+CRC_START = 21
+MAGIC_OFFSET = 16
+CURRENT_MAGIC = 2
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08  # 0 = CreateTime, 1 = LogAppendTime
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+DELETE_HORIZON_FLAG = 0x40
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+_LENGTH = struct.Struct(">i")
+_INT32 = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The fixed 61-byte header of one RecordBatch v2."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies, header included."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last record, wrapping at Int32.MAX as Kafka does."""
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the header at `pos`; raises CorruptRecordError if it is not all there."""
+    if len(buf) - pos < HEADER_SIZE:
+        if len(buf) - pos > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] in (0, 1):
+            raise UnsupportedMagicError(f"message format v{buf[pos + MAGIC_OFFSET]} is not supported")
+        raise CorruptRecordError("truncated record batch header")
+    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
+    return crc32c(memoryview(buf)[pos + CRC_START : pos + size])
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, *, verify_crc: bool = True
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) of each complete, valid batch in `buf`.
+
+    Raises CorruptRecordError at the first batch that is truncated, has a bad length
+    or a bad CRC; UnsupportedMagicError for a v0/v1 message set.
+    """
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        if end - pos < LOG_OVERHEAD + 5:
+            raise CorruptRecordError(f"{end - pos} trailing bytes do not form a batch")
+        magic = buf[pos + MAGIC_OFFSET]
+        if magic != CURRENT_MAGIC:
+            if magic in (0, 1):
+                raise UnsupportedMagicError(f"message format v{magic} is not supported")
+            raise CorruptRecordError(f"unknown magic byte {magic}")
+        header = parse_header(buf, pos)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+            raise CorruptRecordError(f"batch length {header.batch_length} is below the minimum")
+        if pos + header.size > end:
+            raise CorruptRecordError("record batch extends past the end of the data")
+        if verify_crc and compute_crc(buf, pos, header.size) != header.crc:
+            raise CorruptRecordError(f"CRC mismatch in batch at byte {pos}")
+        yield pos, header
+        pos += header.size
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    """Rewrite a batch's base offset in place (outside the CRC, so the CRC stays valid)."""
+    _BASE_OFFSET.pack_into(buf, pos, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    """Rewrite a batch's partition leader epoch in place (also outside the CRC)."""
+    _INT32.pack_into(buf, pos + 12, epoch)
+
+
+def batch_size_at(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    """Total size of the batch at `pos` as its length field claims (unvalidated)."""
+    return LOG_OVERHEAD + _LENGTH.unpack_from(buf, pos + 8)[0]
