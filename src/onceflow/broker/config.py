@@ -1,0 +1,124 @@
+"""Broker settings, named as Kafka names them, from defaults < TOML file < CLI flags."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting that does not exist or has a value of the wrong kind."""
+
+
+def _kafka(name: str, default: Any) -> Any:
+    return field(default=default, metadata={"kafka": name})
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    data_dir: Path = Path("onceflow-data")
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    fsync: bool = True  # fsync before acknowledging acks=all (off is unsafe: benchmarks only)
+    node_id: int = _kafka("node.id", 0)
+    num_partitions: int = _kafka("num.partitions", 1)
+    auto_create_topics_enable: bool = _kafka("auto.create.topics.enable", True)
+    default_replication_factor: int = _kafka("default.replication.factor", 1)
+    socket_request_max_bytes: int = _kafka("socket.request.max.bytes", 100 * 1024 * 1024)
+    message_max_bytes: int = _kafka("message.max.bytes", 1048588)
+    log_segment_bytes: int = _kafka("log.segment.bytes", 1 << 30)
+    log_roll_ms: int = _kafka("log.roll.ms", 7 * 24 * 3600 * 1000)
+    log_retention_ms: int = _kafka("log.retention.ms", 7 * 24 * 3600 * 1000)
+    log_retention_bytes: int = _kafka("log.retention.bytes", -1)
+    log_retention_check_interval_ms: int = _kafka("log.retention.check.interval.ms", 300_000)
+    log_index_interval_bytes: int = _kafka("log.index.interval.bytes", 4096)
+    log_message_timestamp_type: str = _kafka("log.message.timestamp.type", "CreateTime")
+    group_initial_rebalance_delay_ms: int = _kafka("group.initial.rebalance.delay.ms", 3000)
+    group_min_session_timeout_ms: int = _kafka("group.min.session.timeout.ms", 6000)
+    group_max_session_timeout_ms: int = _kafka("group.max.session.timeout.ms", 1_800_000)
+    offsets_retention_minutes: int = _kafka("offsets.retention.minutes", 7 * 24 * 60)
+    transaction_max_timeout_ms: int = _kafka("transaction.max.timeout.ms", 900_000)
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = _kafka(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000
+    )
+    producer_id_expiration_ms: int = _kafka("producer.id.expiration.ms", 86_400_000)
+
+    @property
+    def advertised(self) -> str:
+        return self.advertised_host or self.host
+
+    def with_settings(self, settings: dict[str, Any]) -> BrokerConfig:
+        """Apply Kafka-named (or onceflow field-named) settings; unknown names are errors."""
+        by_name = {f.metadata.get("kafka", f.name): f for f in fields(self)}
+        by_name.update({f.name.replace("_", "."): f for f in fields(self)})
+        changes: dict[str, Any] = {}
+        for name, raw in settings.items():
+            if name == "log.retention.hours":  # Kafka's coarser alias
+                changes["log_retention_ms"] = _coerce(name, raw, int) * 3_600_000
+                continue
+            f = by_name.get(name)
+            if f is None:
+                raise ConfigError(f"unknown broker setting {name!r}")
+            changes[f.name] = _coerce(name, raw, type(getattr(self, f.name)))
+        return replace(self, **changes)
+
+    def kafka_settings(self) -> dict[str, str]:
+        """The settings DescribeConfigs reports for the broker resource."""
+        out = {}
+        for f in fields(self):
+            if "kafka" in f.metadata:
+                value = getattr(self, f.name)
+                out[f.metadata["kafka"]] = (
+                    str(value).lower() if isinstance(value, bool) else str(value)
+                )
+        return out
+
+
+def _coerce(name: str, raw: Any, kind: type) -> Any:
+    try:
+        if kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            if str(raw).lower() in ("true", "false"):
+                return str(raw).lower() == "true"
+            raise ValueError(raw)
+        if kind is Path:
+            return Path(raw)
+        if kind is type(None):
+            return str(raw)
+        return kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"setting {name!r}: {raw!r} is not a valid {kind.__name__}") from None
+
+
+def load_config(
+    path: Path | None = None, overrides: dict[str, Any] | None = None, **flags: Any
+) -> BrokerConfig:
+    """Defaults, then the TOML file (flat Kafka names, or tables joined with dots), then flags."""
+    settings: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with path.open("rb") as f:
+                settings.update(_flatten(tomllib.load(f)))
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {path}: {e}") from None
+    settings.update(overrides or {})
+    config = BrokerConfig().with_settings(settings)
+    flag_values = {k: v for k, v in flags.items() if v is not None}
+    return replace(config, **flag_values)
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out

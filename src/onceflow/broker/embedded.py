@@ -1,0 +1,139 @@
+"""Run `onceflow broker` as a child process: for tests, the demo, benchmarks and fault runs.
+
+A child process (not a thread) so that it can be killed with SIGKILL and restarted on the same
+data directory, exactly as an operator's broker would be.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+_READY = re.compile(r"onceflow broker ready on (\S+):(\d+)")
+
+
+class BrokerStartError(RuntimeError):
+    """The broker process exited or did not report ready in time."""
+
+
+class EmbeddedBroker:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int = 0,
+        fsync: bool = True,
+        settings: dict[str, str] | None = None,
+        log_level: str = "WARNING",
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port
+        self.fsync = fsync
+        self.settings = dict(settings or {})
+        self.log_level = log_level
+        self.process: subprocess.Popen[str] | None = None
+        self.output: deque[str] = deque(maxlen=200)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self, timeout: float = 30.0) -> EmbeddedBroker:
+        """Start and wait for the ready line; keeps the port across restarts."""
+        cmd = [
+            sys.executable,
+            "-m",
+            "onceflow.cli.main",
+            "broker",
+            "--data-dir",
+            str(self.data_dir),
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--log-level",
+            self.log_level,
+            "--fsync" if self.fsync else "--no-fsync",
+        ]
+        for key, value in self.settings.items():
+            cmd += ["-o", f"{key}={value}"]
+        self.process = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        ready = threading.Event()
+        threading.Thread(target=self._pump, args=(self.process, ready), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.05):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                tail = "\n".join(self.output)
+                raise BrokerStartError(f"broker did not start:\n{tail}")
+        return self
+
+    def _pump(self, process: subprocess.Popen[str], ready: threading.Event) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.output.append(line.rstrip())
+            match = _READY.search(line)
+            if match and not ready.is_set():
+                self.port = int(match.group(2))
+                ready.set()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown work at all, as a crash or power cut would leave it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit code."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def pause(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+    def restart(self, timeout: float = 30.0) -> EmbeddedBroker:
+        self.kill()
+        return self.start(timeout)
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the broker process, from /proc."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

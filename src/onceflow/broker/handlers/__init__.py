@@ -1,0 +1,14 @@
+"""API handlers, one module per family; importing this package registers them all."""
+
+from onceflow.broker.handlers import (  # noqa: F401
+    api_versions,
+    configs,
+    coordinator_lookup,
+    fetch,
+    groups,
+    list_offsets,
+    metadata,
+    offsets,
+    produce,
+    topics_admin,
+)

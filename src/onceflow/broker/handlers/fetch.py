@@ -1,0 +1,163 @@
+"""Fetch (1): whole batches as stored, up to the high watermark (or the last stable offset
+for read_committed), with long polling on max wait / min bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.broker.dispatch import api
+from onceflow.log.errors import OffsetOutOfRangeError
+from onceflow.protocol.entities import build, sibling
+from onceflow.protocol.messages import response_type
+
+if TYPE_CHECKING:
+    from onceflow.broker.server import Broker
+    from onceflow.broker.topics import Partition
+    from onceflow.protocol.messages import Request
+
+READ_COMMITTED = 1
+
+
+@dataclass
+class _Wanted:
+    key: Any  # topic name or topic id, as the request named it
+    partition: Partition | None
+    index: int
+    fetch_offset: int
+    max_bytes: int
+    unknown_error: ErrorCode
+
+
+def _resolve(broker: Broker, req: Any, by_id: bool) -> list[list[_Wanted]]:
+    out = []
+    for topic in req.topics:
+        key = topic.topic_id if by_id else topic.topic
+        found = broker.topics.by_id(key) if by_id else broker.topics.get(key)
+        error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+        row = []
+        for p in topic.partitions:
+            partition = None
+            if found is not None and 0 <= p.partition < len(found.partitions):
+                partition = found.partitions[p.partition]
+            elif found is not None:
+                error = ErrorCode.unknown_topic_or_partition
+            row.append(
+                _Wanted(key, partition, p.partition, p.fetch_offset, p.partition_max_bytes, error)
+            )
+        out.append(row)
+    return out
+
+
+def _read(broker: Broker, request: Request, wanted: list[list[_Wanted]]) -> tuple[Any, int, bool]:
+    """Build the response from the logs now: (response, bytes of records, any error)."""
+    req = request.body
+    cls = response_type(1, request.api_version)
+    topic_cls = sibling(cls, "FetchableTopicResponse")
+    part_cls = sibling(cls, "PartitionData")
+    read_committed = req.isolation_level == READ_COMMITTED
+    budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    total = 0
+    any_error = False
+    topics_out = []
+    for row in wanted:
+        parts_out = []
+        for w in row:
+            p = w.partition
+            error, records = ErrorCode.none, b""
+            hw = lso = start = -1
+            if p is None:
+                error = w.unknown_error
+            else:
+                hw, lso, start = p.high_watermark, p.last_stable_offset, p.log.log_start_offset
+                bound = lso if read_committed else hw
+                limit = min(w.max_bytes, budget - total)
+                if w.fetch_offset < bound and (limit > 0 or total == 0):
+                    try:
+                        result = p.log.read(w.fetch_offset, max(limit, 1), max_offset=bound)
+                        records = result.data
+                    except OffsetOutOfRangeError:
+                        error = ErrorCode.offset_out_of_range
+                elif not start <= w.fetch_offset <= p.log.log_end_offset:
+                    error = ErrorCode.offset_out_of_range
+            if error != ErrorCode.none:
+                any_error = True
+            total += len(records)
+            aborted = (
+                p.aborted_transactions(w.fetch_offset, lso)
+                if (read_committed and p is not None)
+                else None
+            )
+            parts_out.append(
+                build(
+                    part_cls,
+                    partition_index=w.index,
+                    error_code=error,
+                    high_watermark=hw,
+                    last_stable_offset=lso,
+                    log_start_offset=start,
+                    aborted_transactions=aborted,
+                    preferred_read_replica=-1,
+                    records=records,
+                )
+            )
+        topics_out.append(
+            build(
+                topic_cls,
+                topic=row[0].key if row else None,
+                topic_id=row[0].key if row else None,
+                partitions=tuple(parts_out),
+            )
+        )
+    response = build(
+        cls,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(topics_out),
+        node_endpoints=(),
+    )
+    return response, total, any_error
+
+
+@api(1, 4, 17)
+def handle_fetch(broker: Broker, request: Request) -> Any:
+    req = request.body
+    wanted = _resolve(broker, req, by_id=request.api_version >= 13)
+    response, size, any_error = _read(broker, request, wanted)
+    max_wait = req.max_wait.total_seconds()
+    if any_error or size >= max(req.min_bytes, 1) or max_wait <= 0:
+        return response
+    return _long_poll(broker, request, wanted, max_wait)
+
+
+async def _long_poll(
+    broker: Broker, request: Request, wanted: list[list[_Wanted]], max_wait: float
+) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait
+    woken = asyncio.Event()
+    partitions = {w.partition for row in wanted for w in row if w.partition is not None}
+    for p in partitions:
+        p.listeners.add(woken.set)
+    try:
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(woken.wait(), remaining)
+            except TimeoutError:
+                break
+            woken.clear()
+            response, size, any_error = _read(broker, request, wanted)
+            if any_error or size >= max(request.body.min_bytes, 1):
+                return response
+    finally:
+        for p in partitions:
+            p.listeners.discard(woken.set)
+    return _read(broker, request, wanted)[0]

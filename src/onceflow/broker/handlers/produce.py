@@ -1,0 +1,165 @@
+"""Produce (0): validate batches, append them as sent, acknowledge per `acks`.
+
+acks=-1 answers only after the appended bytes are fsynced (group commit); acks=0/1 answer at
+once, and their data is made durable by the next round of fsyncs, which also moves the high
+watermark (so readers only ever see durable data).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.broker.dispatch import api
+from onceflow.protocol.entities import build, sibling
+from onceflow.protocol.messages import response_type
+from onceflow.records.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordsError,
+    UnsupportedCompressionError,
+    UnsupportedMagicError,
+)
+from onceflow.records.validation import validate_produce
+
+if TYPE_CHECKING:
+    from onceflow.broker.server import Broker
+    from onceflow.broker.topics import Partition
+    from onceflow.protocol.messages import Request
+
+log = logging.getLogger(__name__)
+
+_RECORDS_ERRORS: list[tuple[type[RecordsError], ErrorCode]] = [
+    (UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
+    (UnsupportedCompressionError, ErrorCode.unsupported_compression_type),
+    (InvalidRecordError, ErrorCode.invalid_record),
+    (CorruptRecordError, ErrorCode.corrupt_message),
+]
+
+
+def records_error_code(error: RecordsError) -> ErrorCode:
+    for kind, code in _RECORDS_ERRORS:
+        if isinstance(error, kind):
+            return code
+    return ErrorCode.corrupt_message
+
+
+class ProduceError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def to_datetime(ms: int) -> datetime.datetime | None:
+    if ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
+def append_to_partition(broker: Broker, partition: Partition, records: bytes) -> Any:
+    """Validate and append; returns the log's AppendInfo or raises ProduceError."""
+    try:
+        headers = validate_produce(records)
+    except RecordsError as e:
+        raise ProduceError(records_error_code(e), str(e)) from None
+    max_bytes = partition.log.config.max_message_bytes
+    for _, header in headers:
+        if header.size > max_bytes:
+            raise ProduceError(
+                ErrorCode.message_too_large,
+                f"batch of {header.size} bytes exceeds max.message.bytes={max_bytes}",
+            )
+    return partition.log.append(records, headers)
+
+
+@api(0, 0, 12, parsed_from=3)
+def handle_produce(broker: Broker, request: Request) -> Any:
+    req = request.body
+    cls = response_type(0, request.api_version)
+    topic_cls = sibling(cls, "TopicProduceResponse")
+    part_cls = sibling(cls, "PartitionProduceResponse")
+    if req.acks not in (0, 1, -1):
+        error_all: ErrorCode | None = ErrorCode.invalid_required_acks
+    else:
+        error_all = None
+    touched: list[Partition] = []
+    topics_out = []
+    for topic_data in req.topic_data:
+        parts_out = []
+        for pdata in topic_data.partition_data:
+            partition = broker.topics.partition(topic_data.name, pdata.index)
+            base_offset, append_time, start = -1, -1, -1
+            error, message = ErrorCode.none, None
+            if error_all is not None:
+                error = error_all
+            elif partition is None:
+                error = ErrorCode.unknown_topic_or_partition
+            elif not pdata.records:
+                error, message = ErrorCode.invalid_record, "no records"
+            else:
+                try:
+                    info = append_to_partition(broker, partition, pdata.records)
+                except ProduceError as e:
+                    error, message = e.code, str(e)
+                    log.info("produce to %s-%d refused: %s", topic_data.name, pdata.index, e)
+                else:
+                    base_offset, append_time = info.first_offset, info.log_append_time
+                    start = info.log_start_offset
+                    touched.append(partition)
+            parts_out.append(
+                build(
+                    part_cls,
+                    index=pdata.index,
+                    error_code=error,
+                    base_offset=base_offset,
+                    log_append_time=to_datetime(append_time),
+                    log_start_offset=start,
+                    record_errors=(),
+                    error_message=message,
+                )
+            )
+        topics_out.append(
+            build(topic_cls, name=topic_data.name, partition_responses=tuple(parts_out))
+        )
+    response = build(cls, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
+    durable = broker.make_durable(touched)
+    if req.acks == -1 and touched:
+        return _after(durable, response, topics_out, part_cls, cls)
+    return None if req.acks == 0 else response
+
+
+async def _after(
+    durable: asyncio.Future[None], response: Any, topics_out: list[Any], part_cls: type, cls: type
+) -> Any:
+    try:
+        await durable
+    except OSError as e:
+        log.error("fsync failed, answering KAFKA_STORAGE_ERROR: %s", e)
+        topics = tuple(
+            build(
+                type(t),
+                name=t.name,
+                partition_responses=tuple(
+                    build(
+                        part_cls,
+                        index=p.index,
+                        error_code=ErrorCode.kafka_storage_error
+                        if p.error_code == ErrorCode.none
+                        else p.error_code,
+                        base_offset=-1,
+                        log_append_time=None,
+                        log_start_offset=-1,
+                        record_errors=(),
+                        error_message=None,
+                    )
+                    for p in t.partition_responses
+                ),
+            )
+            for t in topics_out
+        )
+        return build(cls, responses=topics, throttle_time=datetime.timedelta(0))
+    return response

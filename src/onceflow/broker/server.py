@@ -1,0 +1,215 @@
+"""The broker: owns the topic registry, the coordinators and the listening socket."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+from onceflow.broker import handlers  # noqa: F401  (registers the API handlers)
+from onceflow.broker.config import BrokerConfig
+from onceflow.broker.connection import Connection
+from onceflow.broker.coordinator_log import CoordinatorLog
+from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
+from onceflow.broker.durability import GroupCommitter
+from onceflow.broker.topics import Partition, TopicRegistry
+from onceflow.clock import Clock, system_clock
+from onceflow.groups.config import GroupCoordinatorConfig
+from onceflow.groups.coordinator import GroupCoordinator
+from onceflow.protocol.errors import ProtocolError
+from onceflow.protocol.messages import Request
+from onceflow.records.control import ControlType, parse_control_record
+
+log = logging.getLogger("onceflow.broker")
+
+
+class HandlerCrashError(ProtocolError):
+    """A handler raised unexpectedly: that connection is closed, the broker goes on."""
+
+
+def _cluster_id(data_dir: Path) -> str:
+    """Read or create meta.properties, as Kafka keeps the cluster id."""
+    path = data_dir / "meta.properties"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1].strip()
+    cluster_id = uuid.uuid4().hex[:22]
+    path.write_text(f"version=1\ncluster.id={cluster_id}\n")
+    return cluster_id
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, clock: Clock = system_clock) -> None:
+        self.config = config
+        self.clock = clock
+        self.supported = supported_versions()
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = _cluster_id(config.data_dir)
+        self.topics = TopicRegistry(config, clock)
+        self.committer = GroupCommitter(enabled=config.fsync)
+        self.offsets_log = CoordinatorLog(
+            config.data_dir / "__consumer_offsets-0", self.committer, clock
+        )
+        self.groups = GroupCoordinator(
+            clock,
+            GroupCoordinatorConfig.from_properties(
+                {
+                    k: v
+                    for k, v in config.kafka_settings().items()
+                    if k.startswith(("group.", "offsets."))
+                }
+            ),
+        )
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._connections: set[asyncio.Task[Any]] = set()
+        self.port = config.port
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.topics.load()
+        self._load_offsets()
+        self._server = await asyncio.start_server(
+            self._accept, self.config.host, self.config.port, limit=1 << 20, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._spawn(self._retention_loop())
+        self._spawn(self._group_timer_loop())
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks) + list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._connections, return_exceptions=True)
+        self.topics.close()
+        self.offsets_log.close()
+        self.committer.close()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await Connection(self, reader, writer).serve()
+        finally:
+            self._connections.discard(task)
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.log_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for topic in self.topics:
+                for partition in topic.partitions:
+                    deleted = partition.log.delete_expired_segments()
+                    if deleted:
+                        log.info(
+                            "retention deleted %d segment(s) of %s-%d",
+                            deleted,
+                            topic.name,
+                            partition.index,
+                        )
+
+    async def _group_timer_loop(self) -> None:
+        while True:
+            deadline = self.groups.next_deadline()
+            delay = 0.1 if deadline is None else (deadline - self.clock()) / 1000
+            await asyncio.sleep(min(max(delay, 0.005), 0.1))
+            self.groups.tick()
+
+    # -- group offsets ----------------------------------------------------------------------
+
+    def _load_offsets(self) -> None:
+        for batch in self.offsets_log.batches():
+            header = batch.header
+            if header.is_control:
+                commit = parse_control_record(batch.records[0])[0] == ControlType.COMMIT
+                self.groups.complete_transaction(header.producer_id, commit)
+                continue
+            for record in batch.records:
+                self.groups.replay(
+                    record.key or b"",
+                    record.value,
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.is_transactional,
+                )
+
+    def write_offsets_records(
+        self, records: list[tuple[bytes, bytes | None]], response: Any
+    ) -> Any:
+        """Append a group coordinator's records, then (once durable) replay them and answer."""
+        if not records:
+            return response
+        self.offsets_log.append(records)
+        return self._replay_when_durable(records, response)
+
+    async def _replay_when_durable(
+        self, records: list[tuple[bytes, bytes | None]], response: Any
+    ) -> Any:
+        await self.offsets_log.durable()
+        for key, value in records:
+            self.groups.replay(key, value)
+        return response
+
+    # -- durability -------------------------------------------------------------------------
+
+    def make_durable(self, partitions: list[Partition]) -> asyncio.Future[None]:
+        """Start (or join) a group-commit round for these partitions; readers are woken when
+        the high watermark moves. The future fails with OSError if an fsync failed."""
+        future = asyncio.ensure_future(self._durable(partitions))
+        future.add_done_callback(_retrieve)
+        return future
+
+    async def _durable(self, partitions: list[Partition]) -> None:
+        if partitions:
+            await self.committer.wait_durable({p.log for p in partitions})
+            for p in partitions:
+                p.notify()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def dispatch(self, connection: Connection, request: Request) -> HandlerResult:
+        handler = HANDLERS[request.api_key]
+        try:
+            return handler.handle(self, request)
+        except ProtocolError:
+            raise
+        except Exception as e:
+            log.exception("API %d v%d handler failed", request.api_key, request.api_version)
+            raise HandlerCrashError(f"handler failed: {e!r}") from e
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    # acks=0/1 writers do not await durability; a failed fsync is logged here instead.
+    if not future.cancelled() and future.exception() is not None:
+        log.error("fsync failed: %s", future.exception())
+
+
+async def serve_forever(config: BrokerConfig) -> None:
+    """Run until SIGTERM/SIGINT; log one line when ready."""
+    broker = Broker(config)
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    fsync = "on" if config.fsync else "OFF (acknowledged writes can be lost on power failure)"
+    print(
+        f"onceflow broker ready on {config.host}:{broker.port} "
+        f"(data: {config.data_dir}, fsync: {fsync})",
+        flush=True,
+    )
+    await stop.wait()
+    log.info("shutting down")
+    await broker.stop()

@@ -1,0 +1,151 @@
+"""Request parsing and response encoding with the `kio` entities.
+
+Headers are read by hand (they are tiny and on every request); bodies go through kio's native
+readers and writers, cached per (api key, version).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+
+from onceflow.protocol.errors import (
+    MalformedRequestError,
+    UnknownApiKeyError,
+    UnsupportedVersionError,
+)
+
+API_VERSIONS_KEY = 18
+_HEADER_START = struct.Struct(">hhih")
+_CORRELATION = struct.Struct(">i")
+
+
+@dataclass(slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+    flexible: bool
+    size: int
+    client_host: str = ""
+
+
+@cache
+def _request_codec(api_key: int, version: int) -> tuple[type, Any, bool]:
+    cls = load_request_schema(api_key, version)
+    return cls, entity_reader(cls), bool(cls.__flexible__)
+
+
+@cache
+def response_type(api_key: int, version: int) -> type:
+    return load_response_schema(api_key, version)
+
+
+@cache
+def _response_writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise MalformedRequestError("bad unsigned varint in request header")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _skip_tagged_fields(buf: bytes, pos: int) -> int:
+    count, pos = _read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(buf, pos)
+        size, pos = _read_uvarint(buf, pos)
+        pos += size
+    if pos > len(buf):
+        raise MalformedRequestError("tagged fields run past the end of the request header")
+    return pos
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api key, api version, correlation id) of a request frame, for error reporting."""
+    if len(frame) < 8:
+        raise MalformedRequestError(f"request of {len(frame)} bytes is too short for a header")
+    api_key, version, correlation_id, _ = _HEADER_START.unpack_from(frame, 0)
+    return api_key, version, correlation_id
+
+
+def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Request:
+    """Parse one request frame (without its size prefix).
+
+    An ApiVersions request of a version this broker does not know is parsed as v0 (KIP-511) so
+    that it can be answered with UNSUPPORTED_VERSION and the supported ranges.
+    """
+    if len(frame) < 10:
+        raise MalformedRequestError(f"request of {len(frame)} bytes is too short for a header")
+    api_key, version, correlation_id, client_id_len = _HEADER_START.unpack_from(frame, 0)
+    if api_key not in supported:
+        raise UnknownApiKeyError(f"unknown or unsupported API key {api_key}")
+    low, high = supported[api_key]
+    body_version = version
+    if not low <= version <= high:
+        if api_key != API_VERSIONS_KEY:
+            raise UnsupportedVersionError(f"API {api_key} version {version} not in [{low}, {high}]")
+        body_version = 0
+    try:
+        cls, reader, flexible = _request_codec(api_key, body_version)
+    except (UnknownAPIKey, UnknownEntity) as e:
+        raise UnsupportedVersionError(str(e)) from None
+    if api_key == API_VERSIONS_KEY and body_version != version:
+        flexible = version >= 3
+    pos = 10
+    client_id: str | None = None
+    if client_id_len >= 0:
+        if pos + client_id_len > len(frame):
+            raise MalformedRequestError("client id runs past the end of the request")
+        client_id = frame[pos : pos + client_id_len].decode("utf-8", "replace")
+        pos += client_id_len
+    if flexible:
+        pos = _skip_tagged_fields(frame, pos)
+    if api_key == API_VERSIONS_KEY and body_version != version:
+        body = cls()
+    else:
+        try:
+            body, _ = reader(frame, pos)
+        except (
+            SerialError,
+            ValueError,
+            TypeError,
+            KeyError,
+            UnicodeDecodeError,
+            OverflowError,
+        ) as e:
+            raise MalformedRequestError(f"API {api_key} v{version} body: {e}") from None
+    return Request(api_key, version, correlation_id, client_id, body, flexible, len(frame))
+
+
+def encode_response(request: Request, body: Any) -> bytes:
+    """Frame a response: size, header (v0, or v1 with tagged fields when flexible), body."""
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(_CORRELATION.pack(request.correlation_id))
+    # ApiVersions responses always use header v0 so that any client can read them.
+    if request.flexible and request.api_key != API_VERSIONS_KEY:
+        buf.write(b"\x00")
+    _response_writer(type(body))(buf, body)
+    out = buf.getbuffer()
+    struct.pack_into(">i", out, 0, len(out) - 4)
+    return bytes(out)

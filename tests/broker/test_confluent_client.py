@@ -1,0 +1,122 @@
+"""confluent-kafka (librdkafka) against the broker: admin, produce, consume, groups."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1, config=configs)])
+    futures[name].result(timeout=10)
+
+
+def produce(
+    bootstrap: str, topic: str, values: list[bytes], **conf: object
+) -> list[tuple[int, int]]:
+    """Produce and return (partition, offset) of each delivered record, failing on any error."""
+    delivered: list[tuple[int, int]] = []
+    errors: list[KafkaError] = []
+
+    def on_delivery(err: KafkaError | None, msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            delivered.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **conf})
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value, key=str(i).encode(), on_delivery=on_delivery)
+    assert producer.flush(30) == 0
+    assert errors == []
+    return delivered
+
+
+def consume_all(
+    bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 30, **conf: object
+) -> list[object]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False, **conf}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[object] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < expected and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, timeout=0.5):
+            assert msg.error() is None, msg.error()
+            out.append(msg)
+    consumer.close()
+    return out
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_produce_consume_each_compression(
+    bootstrap: str, topic_name: str, compression: str
+) -> None:
+    create_topic(bootstrap, topic_name, partitions=3)
+    values = [f"value-{i}-".encode() * 7 for i in range(3000)]
+    delivered = produce(bootstrap, topic_name, values, **{"compression.type": compression})
+    assert len(delivered) == len(values)
+    got = consume_all(bootstrap, topic_name, 3, len(values))
+    assert sorted(m.value() for m in got) == sorted(values)
+    # Offsets within each partition are contiguous from 0 and keys come back with values.
+    by_partition: dict[int, list[int]] = {}
+    for m in got:
+        by_partition.setdefault(m.partition(), []).append(m.offset())
+        assert values[int(m.key())] == m.value()
+    for offsets in by_partition.values():
+        assert offsets == list(range(len(offsets)))
+
+
+def test_headers_timestamps_and_null_values(bootstrap: str, topic_name: str) -> None:
+    create_topic(bootstrap, topic_name)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(
+        topic_name,
+        value=None,
+        key=b"k",
+        headers=[("h1", b"v1"), ("h2", None)],
+        timestamp=1_600_000_000_123,
+    )
+    assert producer.flush(10) == 0
+    [msg] = consume_all(bootstrap, topic_name, 1, 1)
+    assert msg.value() is None and msg.key() == b"k"
+    assert msg.headers() == [("h1", b"v1"), ("h2", None)]
+    assert msg.timestamp() == (1, 1_600_000_000_123)
+
+
+def test_admin_describe_configs_and_partitions(bootstrap: str, topic_name: str) -> None:
+    create_topic(bootstrap, topic_name, partitions=2, **{"retention.ms": "3600000"})
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    metadata = admin.list_topics(topic_name, timeout=10)
+    assert len(metadata.topics[topic_name].partitions) == 2
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name)
+    configs = admin.describe_configs([resource])[resource].result(timeout=10)
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["cleanup.policy"].value == "delete"
+    admin.create_partitions([NewPartitions(topic_name, 4)])[topic_name].result(timeout=10)
+    assert len(admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions) == 4
+    with pytest.raises(Exception, match=r"TOPIC_ALREADY_EXISTS|already exists"):
+        create_topic(bootstrap, topic_name)
+    admin.delete_topics([topic_name])[topic_name].result(timeout=10)
+    assert topic_name not in admin.list_topics(timeout=10).topics
+
+
+def test_list_offsets_by_timestamp(bootstrap: str, topic_name: str) -> None:
+    create_topic(bootstrap, topic_name)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(10):
+        producer.produce(topic_name, value=b"x", timestamp=1_000_000 + i * 1000)
+        producer.flush(10)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g"})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10)
+    assert (low, high) == (0, 10)
+    [tp] = consumer.offsets_for_times([TopicPartition(topic_name, 0, 1_004_500)], timeout=10)
+    assert tp.offset == 5
+    [tp] = consumer.offsets_for_times([TopicPartition(topic_name, 0, 9_999_999)], timeout=10)
+    assert tp.offset == -1
+    consumer.close()

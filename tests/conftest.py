@@ -1,0 +1,51 @@
+"""Shared fixtures: brokers started as child processes on free ports in temporary directories."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from onceflow.broker.embedded import EmbeddedBroker
+
+
+@pytest.fixture(scope="session")
+def session_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """One broker shared by tests that only need a working broker (unique topics each)."""
+    broker = EmbeddedBroker(
+        tmp_path_factory.mktemp("broker"),
+        settings={"group.initial.rebalance.delay.ms": "0"},
+    )
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def bootstrap(session_broker: EmbeddedBroker) -> str:
+    return session_broker.bootstrap
+
+
+@pytest.fixture
+def make_broker(tmp_path: Path) -> Iterator[Callable[..., EmbeddedBroker]]:
+    """Start brokers owned by one test (for kill -9 and restart tests)."""
+    started: list[EmbeddedBroker] = []
+
+    def make(data_dir: Path | None = None, **kwargs: object) -> EmbeddedBroker:
+        settings = {"group.initial.rebalance.delay.ms": "0", **kwargs.pop("settings", {})}
+        broker = EmbeddedBroker(
+            data_dir or tmp_path / f"data-{len(started)}", settings=settings, **kwargs
+        )
+        started.append(broker)
+        return broker.start()
+
+    yield make
+    for broker in started:
+        broker.kill()
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
