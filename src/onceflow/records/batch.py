@@ -104,7 +104,9 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     """Parse the header at `pos`; raises CorruptRecordError if it is not all there."""
     if len(buf) - pos < HEADER_SIZE:
         if len(buf) - pos > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] in (0, 1):
-            raise UnsupportedMagicError(f"message format v{buf[pos + MAGIC_OFFSET]} is not supported")
+            raise UnsupportedMagicError(
+                f"message format v{buf[pos + MAGIC_OFFSET]} is not supported"
+            )
         raise CorruptRecordError("truncated record batch header")
     return BatchHeader(*_HEADER.unpack_from(buf, pos))
 
@@ -155,3 +157,32 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int
 def batch_size_at(buf: bytes | bytearray | memoryview, pos: int) -> int:
     """Total size of the batch at `pos` as its length field claims (unvalidated)."""
     return LOG_OVERHEAD + _LENGTH.unpack_from(buf, pos + 8)[0]
+
+
+def check_batch(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, verify_crc: bool = True
+) -> BatchHeader:
+    """Parse the batch at `pos` and check its framing: magic 2, length, CRC.
+
+    Unlike `iter_batches` it looks at one batch only, so the bytes after it may be anything.
+    Raises UnsupportedMagicError for v0/v1, CorruptRecordError for anything else wrong.
+    """
+    if pos < 0 or len(buf) - pos < HEADER_SIZE:
+        if pos >= 0 and len(buf) - pos > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] in (0, 1):
+            raise UnsupportedMagicError(
+                f"message format v{buf[pos + MAGIC_OFFSET]} is not supported"
+            )
+        raise CorruptRecordError("truncated record batch header")
+    magic = buf[pos + MAGIC_OFFSET]
+    if magic != CURRENT_MAGIC:
+        if magic in (0, 1):
+            raise UnsupportedMagicError(f"message format v{magic} is not supported")
+        raise CorruptRecordError(f"unknown magic byte {magic}")
+    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch length {header.batch_length} is below the minimum")
+    if header.size > len(buf) - pos:
+        raise CorruptRecordError("record batch extends past the end of the data")
+    if verify_crc and compute_crc(buf, pos, header.size) != header.crc:
+        raise CorruptRecordError(f"CRC mismatch in batch at byte {pos}")
+    return header

@@ -19,3 +19,7 @@ class InvalidRecordError(RecordsError):
 
 class UnsupportedCompressionError(RecordsError):
     """A compression codec id that Kafka does not define (UNSUPPORTED_COMPRESSION_TYPE)."""
+
+
+class RecordTooLargeError(RecordsError):
+    """A batch larger than the configured maximum, max.message.bytes (MESSAGE_TOO_LARGE)."""

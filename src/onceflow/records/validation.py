@@ -1,0 +1,131 @@
+"""What the broker checks in a Produce request's records before appending them.
+
+Follows Kafka's batch-level rules for client appends (ProduceRequest.validateRecords,
+UnifiedLog.analyzeAndValidateRecords, LogValidator.validateBatch), in Kafka's order:
+
+1. at least one batch; magic 2 only (v0/v1: UnsupportedMagicError); exactly one batch per
+   partition, as Produce v3+ requires (opt out with `single_batch=False`);
+2. framing: header complete, batch length within the data, no trailing bytes (CorruptRecordError);
+3. base offset 0, as clients send it (InvalidRecordError);
+4. batch size within `max_batch_size` when given (RecordTooLargeError);
+5. CRC-32C (CorruptRecordError);
+6. a known codec, and no zstd before Produce v7 when `produce_version` is given
+   (UnsupportedCompressionError);
+7. record count > 0 and equal to last offset delta + 1 (InvalidRecordError);
+8. no control batches from clients (InvalidRecordError);
+9. producer fields: a producer id is -1 or >= 0; with one, the epoch and base sequence are
+   >= 0; a transactional batch has a producer id (InvalidRecordError).
+
+All of it reads the 61-byte headers only, so an uncompressed 1 MB request costs one CRC pass
+plus microseconds. `deep=True` also decompresses and decodes every record (CorruptRecordError
+for any malformed record, InvalidRecordError for offset deltas other than 0..count-1). Kafka
+rewrites a compressed batch whose inner offsets are off instead; onceflow stores client bytes
+as they are, so there it rejects. Timestamp checks (message.timestamp.*) depend on topic
+configuration and are the caller's.
+"""
+
+from __future__ import annotations
+
+from onceflow.records.batch import NO_PRODUCER_ID, BatchHeader, check_batch, compute_crc
+from onceflow.records.compression import CompressionType
+from onceflow.records.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    UnsupportedCompressionError,
+)
+from onceflow.records.record import decode_batch
+
+# Produce v7 is the first that may carry zstd (KIP-110)
+ZSTD_MIN_PRODUCE_VERSION = 7
+_MAX_CODEC = max(CompressionType)
+
+
+def validate_produce(
+    data: bytes | bytearray | memoryview,
+    *,
+    deep: bool = False,
+    single_batch: bool = True,
+    max_batch_size: int | None = None,
+    produce_version: int | None = None,
+) -> list[tuple[int, BatchHeader]]:
+    """Check one partition's records from a Produce request; returns [(position, header)].
+
+    Raises a RecordsError subclass naming the first rule broken (see the module doc).
+    """
+    end = len(data)
+    if end == 0:
+        raise InvalidRecordError("produce request has no record batch for the partition")
+    result: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    while pos < end:
+        header = check_batch(data, pos, verify_crc=False)
+        if single_batch and result:
+            raise InvalidRecordError("produce requests may carry exactly one batch per partition")
+        _check_header(data, pos, header, max_batch_size, produce_version)
+        if deep:
+            _check_records(data, pos, header)
+        result.append((pos, header))
+        pos += header.size
+    return result
+
+
+def _check_header(
+    data: bytes | bytearray | memoryview,
+    pos: int,
+    header: BatchHeader,
+    max_batch_size: int | None,
+    produce_version: int | None,
+) -> None:
+    if header.base_offset != 0:
+        raise InvalidRecordError(f"batch base offset must be 0, not {header.base_offset}")
+    if max_batch_size is not None and header.size > max_batch_size:
+        raise RecordTooLargeError(
+            f"batch of {header.size} bytes exceeds the maximum of {max_batch_size}"
+        )
+    if compute_crc(data, pos, header.size) != header.crc:
+        raise CorruptRecordError(f"CRC mismatch in batch at byte {pos}")
+    codec = header.compression
+    if codec > _MAX_CODEC:
+        raise UnsupportedCompressionError(f"unknown compression codec id {codec}")
+    if (
+        codec == CompressionType.ZSTD
+        and produce_version is not None
+        and produce_version < ZSTD_MIN_PRODUCE_VERSION
+    ):
+        raise UnsupportedCompressionError(f"zstd needs Produce v7 or later, not v{produce_version}")
+    count_from_offsets = header.last_offset_delta + 1
+    if count_from_offsets <= 0:
+        raise InvalidRecordError(f"invalid last offset delta {header.last_offset_delta}")
+    if header.records_count <= 0:
+        raise InvalidRecordError(f"invalid record count {header.records_count}")
+    if count_from_offsets != header.records_count:
+        raise InvalidRecordError(
+            f"last offset delta {header.last_offset_delta} does not match "
+            f"{header.records_count} records"
+        )
+    if header.is_control:
+        raise InvalidRecordError("clients may not write control batches")
+    producer_id = header.producer_id
+    if producer_id < NO_PRODUCER_ID:
+        raise InvalidRecordError(f"invalid producer id {producer_id}")
+    if producer_id >= 0:
+        if header.producer_epoch < 0:
+            raise InvalidRecordError(f"invalid producer epoch {header.producer_epoch}")
+        if header.base_sequence < 0:
+            raise InvalidRecordError(
+                f"invalid sequence {header.base_sequence} for producer id {producer_id}"
+            )
+    elif header.is_transactional:
+        raise InvalidRecordError("a transactional batch needs a producer id")
+
+
+def _check_records(data: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> None:
+    # the header was checked already, CRC included: decode without hashing again
+    batch = decode_batch(data, pos, verify_crc=False)
+    base = header.base_offset
+    for expected, record in enumerate(batch.records):
+        if record.offset - base != expected:
+            raise InvalidRecordError(
+                f"record {expected} has offset delta {record.offset - base}, expected {expected}"
+            )

@@ -1,0 +1,122 @@
+"""Consumer groups with confluent-kafka: rebalances, commits, a member that dies."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.broker.test_confluent_client import create_topic
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, poll: Callable[[], None]) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        poll()
+
+
+def consumer(bootstrap: str, group: str, **conf: object) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            **conf,
+        }
+    )
+
+
+def test_rebalance_when_a_consumer_joins_and_leaves(bootstrap: str, topic_name: str) -> None:
+    create_topic(bootstrap, topic_name, partitions=4)
+    group = f"g-{topic_name}"
+    a = consumer(bootstrap, group)
+    a.subscribe([topic_name])
+    wait_for(lambda: len(a.assignment()) == 4, 30, lambda: a.poll(0.1))
+    b = consumer(bootstrap, group)
+    b.subscribe([topic_name])
+
+    def both_assigned() -> bool:
+        sa = {tp.partition for tp in a.assignment()}
+        sb = {tp.partition for tp in b.assignment()}
+        return bool(sa) and bool(sb) and sa | sb == {0, 1, 2, 3} and not sa & sb
+
+    wait_for(both_assigned, 30, lambda: (a.poll(0.05), b.poll(0.05)))
+    b.close()  # LeaveGroup: a takes everything back
+    wait_for(lambda: len(a.assignment()) == 4, 30, lambda: a.poll(0.1))
+    a.close()
+
+
+CHILD_CONSUMER = """
+import sys
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+              "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+c.subscribe([sys.argv[3]])
+while True:
+    c.poll(0.1)
+    if c.assignment():
+        print("assigned", flush=True)
+"""
+
+
+def test_a_killed_member_is_evicted_after_its_session_timeout(
+    bootstrap: str, topic_name: str
+) -> None:
+    create_topic(bootstrap, topic_name, partitions=2)
+    group = f"g-{topic_name}"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_CONSUMER, bootstrap, group, topic_name],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "assigned"
+        a = consumer(bootstrap, group)
+        a.subscribe([topic_name])
+        wait_for(lambda: len(a.assignment()) == 1, 30, lambda: a.poll(0.1))
+        child.kill()  # SIGKILL: no LeaveGroup, heartbeats just stop
+        child.wait()
+        wait_for(lambda: len(a.assignment()) == 2, 30, lambda: a.poll(0.1))
+        a.close()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_committed_offsets_resume_a_restarted_consumer(bootstrap: str, topic_name: str) -> None:
+    create_topic(bootstrap, topic_name, partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(100):
+        producer.produce(topic_name, value=str(i).encode())
+    assert producer.flush(10) == 0
+    group = f"g-{topic_name}"
+    c = consumer(bootstrap, group)
+    c.subscribe([topic_name])
+    seen: list[bytes] = []
+    wait_for(
+        lambda: len(seen) >= 40,
+        30,
+        lambda: seen.extend(m.value() for m in c.consume(40 - len(seen), 0.2) if m.error() is None),
+    )
+    c.commit(asynchronous=False)
+    committed = c.committed([TopicPartition(topic_name, 0)], timeout=10)
+    assert committed[0].offset == 40
+    c.close()
+    d = consumer(bootstrap, group)
+    d.subscribe([topic_name])
+    rest: list[bytes] = []
+    wait_for(
+        lambda: len(rest) >= 60,
+        30,
+        lambda: rest.extend(m.value() for m in d.consume(100, 0.2) if m.error() is None),
+    )
+    assert seen + rest == [str(i).encode() for i in range(100)]
+    d.close()
