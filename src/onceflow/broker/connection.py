@@ -81,15 +81,16 @@ class Connection:
             request, result = self._pending.popleft()
             if len(self._pending) < MAX_IN_FLIGHT:
                 self._room.set()
-            if isinstance(result, asyncio.Future):
-                try:
+            try:
+                if isinstance(result, asyncio.Future):
                     result = await result
-                except Exception:
-                    log.exception("request %s v%s failed", request.api_key, request.api_version)
-                    self.writer.close()
-                    return
-            if result is None:
-                continue
-            self.writer.write(encode_response(request, result))
+                if result is None:
+                    continue
+                self.writer.write(encode_response(request, result))
+            except Exception:
+                # A bug answering one request: close this connection, keep the broker serving.
+                log.exception("request %s v%s failed", request.api_key, request.api_version)
+                self.writer.close()
+                return
             if not self._pending:
                 await self.writer.drain()

@@ -15,7 +15,9 @@ from onceflow.broker.connection import Connection
 from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
 from onceflow.broker.durability import GroupCommitter
-from onceflow.broker.topics import Partition, TopicRegistry
+from onceflow.broker.partition import Partition
+from onceflow.broker.topics import TopicRegistry
+from onceflow.broker.transactions import Transactions
 from onceflow.clock import Clock, system_clock
 from onceflow.groups.config import GroupCoordinatorConfig
 from onceflow.groups.coordinator import GroupCoordinator
@@ -54,6 +56,7 @@ class Broker:
         self.offsets_log = CoordinatorLog(
             config.data_dir / "__consumer_offsets-0", self.committer, clock
         )
+        self.transactions = Transactions(self)
         self.groups = GroupCoordinator(
             clock,
             GroupCoordinatorConfig.from_properties(
@@ -74,12 +77,15 @@ class Broker:
     async def start(self) -> None:
         self.topics.load()
         self._load_offsets()
+        self.transactions.load()
         self._server = await asyncio.start_server(
             self._accept, self.config.host, self.config.port, limit=1 << 20, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._spawn(self._retention_loop())
         self._spawn(self._group_timer_loop())
+        self._spawn(self.transactions.timeout_loop())
+        self.transactions.complete_in_doubt()
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -87,6 +93,7 @@ class Broker:
         for task in list(self._tasks) + list(self._connections):
             task.cancel()
         await asyncio.gather(*self._tasks, *self._connections, return_exceptions=True)
+        await self.transactions.stop()
         self.topics.close()
         self.offsets_log.close()
         self.committer.close()

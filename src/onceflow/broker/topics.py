@@ -13,14 +13,13 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from onceflow.broker.config import BrokerConfig
+from onceflow.broker.partition import Partition
 from onceflow.clock import Clock
 from onceflow.log.config import LogConfig
-from onceflow.log.partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -66,33 +65,6 @@ class InvalidConfigError(TopicError):
 
 class InvalidReplicationError(TopicError):
     pass
-
-
-@dataclass(eq=False)
-class Partition:
-    topic: str
-    index: int
-    log: PartitionLog
-    # Called after every append (fetch long-polls wait on it).
-    listeners: set[Callable[[], None]] = field(default_factory=set)
-
-    @property
-    def high_watermark(self) -> int:
-        """Offsets below it are durable (fsynced, or handed to the OS when fsync is off)."""
-        return self.log.flushed_offset
-
-    @property
-    def last_stable_offset(self) -> int:
-        # Equal to the high watermark while no transaction is open on the partition.
-        return self.high_watermark
-
-    def aborted_transactions(self, start_offset: int, end_offset: int) -> tuple[Any, ...]:
-        """Aborted transactions overlapping [start, end) for read_committed fetches."""
-        return ()
-
-    def notify(self) -> None:
-        for listener in list(self.listeners):
-            listener()
 
 
 @dataclass(eq=False)
@@ -156,11 +128,17 @@ class TopicRegistry:
     def close(self) -> None:
         for topic in self._topics.values():
             for partition in topic.partitions:
-                partition.log.close()
+                partition.close()
 
     def _open_partition(self, name: str, index: int, log_config: LogConfig) -> Partition:
-        directory = self.data_dir / f"{name}-{index}"
-        return Partition(name, index, PartitionLog.open(directory, log_config, self.clock))
+        return Partition.open(
+            name,
+            index,
+            self.data_dir / f"{name}-{index}",
+            log_config,
+            self.clock,
+            self.config.producer_id_expiration_ms,
+        )
 
     def _remove_orphans(self) -> None:
         known = {f"{t.name}-{p.index}" for t in self._topics.values() for p in t.partitions}
@@ -250,7 +228,7 @@ class TopicRegistry:
         self._save()
         for partition in topic.partitions:
             partition.notify()
-            partition.log.delete()
+            partition.delete()
         return topic
 
     def add_partitions(self, name: str, total: int) -> Topic:

@@ -11,4 +11,5 @@ from onceflow.broker.handlers import (  # noqa: F401
     offsets,
     produce,
     topics_admin,
+    transactions,
 )

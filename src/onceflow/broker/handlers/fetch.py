@@ -59,6 +59,7 @@ def _read(broker: Broker, request: Request, wanted: list[list[_Wanted]]) -> tupl
     cls = response_type(1, request.api_version)
     topic_cls = sibling(cls, "FetchableTopicResponse")
     part_cls = sibling(cls, "PartitionData")
+    aborted_cls = sibling(cls, "AbortedTransaction")
     read_committed = req.isolation_level == READ_COMMITTED
     budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
     total = 0
@@ -87,11 +88,12 @@ def _read(broker: Broker, request: Request, wanted: list[list[_Wanted]]) -> tupl
             if error != ErrorCode.none:
                 any_error = True
             total += len(records)
-            aborted = (
-                p.aborted_transactions(w.fetch_offset, lso)
-                if (read_committed and p is not None)
-                else None
-            )
+            aborted = None
+            if read_committed and p is not None:
+                aborted = tuple(
+                    aborted_cls(producer_id=pid, first_offset=first)
+                    for pid, first in p.aborted_transactions(w.fetch_offset, lso)
+                )
             parts_out.append(
                 build(
                     part_cls,

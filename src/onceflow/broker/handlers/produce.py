@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -25,10 +26,11 @@ from onceflow.records.errors import (
     UnsupportedMagicError,
 )
 from onceflow.records.validation import validate_produce
+from onceflow.txn.errors import TxnError
 
 if TYPE_CHECKING:
+    from onceflow.broker.partition import Partition
     from onceflow.broker.server import Broker
-    from onceflow.broker.topics import Partition
     from onceflow.protocol.messages import Request
 
 log = logging.getLogger(__name__)
@@ -60,20 +62,49 @@ def to_datetime(ms: int) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
-def append_to_partition(broker: Broker, partition: Partition, records: bytes) -> Any:
-    """Validate and append; returns the log's AppendInfo or raises ProduceError."""
+@dataclass(frozen=True, slots=True)
+class Appended:
+    first_offset: int
+    log_append_time: int
+    log_start_offset: int
+
+
+def append_to_partition(
+    broker: Broker, partition: Partition, records: bytes, transactional_id: str | None
+) -> Appended:
+    """Validate, run the idempotence/transaction checks, append; raises ProduceError."""
     try:
         headers = validate_produce(records)
     except RecordsError as e:
         raise ProduceError(records_error_code(e), str(e)) from None
+    [(_, header)] = headers  # validate_produce allows exactly one batch (Produce v3+)
     max_bytes = partition.log.config.max_message_bytes
-    for _, header in headers:
-        if header.size > max_bytes:
-            raise ProduceError(
-                ErrorCode.message_too_large,
-                f"batch of {header.size} bytes exceeds max.message.bytes={max_bytes}",
+    if header.size > max_bytes:
+        raise ProduceError(
+            ErrorCode.message_too_large,
+            f"batch of {header.size} bytes exceeds max.message.bytes={max_bytes}",
+        )
+    if header.has_producer_id:
+        verified = True
+        if partition.producers.needs_verification(header):
+            # KIP-890: a transactional batch may only open a transaction on a partition that
+            # the coordinator added to the producer's ongoing transaction.
+            verified = broker.transactions.verify_partition(
+                transactional_id,
+                header.producer_id,
+                header.producer_epoch,
+                partition.topic,
+                partition.index,
             )
-    return partition.log.append(records, headers)
+        try:
+            duplicate = partition.producers.check_append(header, transaction_verified=verified)
+        except TxnError as e:
+            raise ProduceError(e.error_code, str(e)) from None
+        if duplicate is not None:
+            return Appended(duplicate.first_offset, -1, partition.log.log_start_offset)
+    info = partition.log.append(records, headers)
+    partition.after_append([h for _, h in info.headers])
+    return Appended(info.first_offset, info.log_append_time, info.log_start_offset)
 
 
 @api(0, 0, 12, parsed_from=3)
@@ -102,13 +133,16 @@ def handle_produce(broker: Broker, request: Request) -> Any:
                 error, message = ErrorCode.invalid_record, "no records"
             else:
                 try:
-                    info = append_to_partition(broker, partition, pdata.records)
+                    result = append_to_partition(
+                        broker, partition, pdata.records, req.transactional_id
+                    )
                 except ProduceError as e:
                     error, message = e.code, str(e)
                     log.info("produce to %s-%d refused: %s", topic_data.name, pdata.index, e)
                 else:
-                    base_offset, append_time = info.first_offset, info.log_append_time
-                    start = info.log_start_offset
+                    base_offset, append_time = result.first_offset, result.log_append_time
+                    start = result.log_start_offset
+                    # A duplicate is answered once its original is durable, like any write.
                     touched.append(partition)
             parts_out.append(
                 build(

@@ -1,0 +1,269 @@
+"""InitProducerId (22), AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
+TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66), DescribeProducers (61)."""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.offsets import commit_response, requested_offsets
+from onceflow.broker.transactions import OFFSETS_TOPIC
+from onceflow.protocol.entities import build, sibling
+from onceflow.protocol.messages import response_type
+from onceflow.txn.coordinator import error_for_version
+
+if TYPE_CHECKING:
+    from onceflow.broker.server import Broker
+    from onceflow.protocol.messages import Request
+
+ZERO = datetime.timedelta(0)
+
+
+def _ms(delta: datetime.timedelta) -> int:
+    return int(delta.total_seconds() * 1000)
+
+
+def _datetime(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
+@api(22, 0, 5)
+def handle_init_producer_id(broker: Broker, request: Request) -> Any:
+    req = request.body
+    result = broker.transactions.coordinator.init_producer_id(
+        req.transactional_id,
+        _ms(req.transaction_timeout),
+        getattr(req, "producer_id", -1),
+        getattr(req, "producer_epoch", -1),
+    )
+    return _init_response(broker, request, result)
+
+
+async def _init_response(broker: Broker, request: Request, result: Any) -> Any:
+    answer = await broker.transactions.run(result)
+    return build(
+        response_type(22, request.api_version),
+        throttle_time=ZERO,
+        error_code=error_for_version(answer.error, 22, request.api_version),
+        producer_id=answer.producer_id,
+        producer_epoch=answer.producer_epoch,
+    )
+
+
+@api(24, 0, 3)
+def handle_add_partitions_to_txn(broker: Broker, request: Request) -> Any:
+    req = request.body
+    wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
+    unknown = {tp for tp in wanted if broker.topics.partition(*tp) is None}
+    if unknown:
+        # As Kafka: nothing is added; unknown partitions fail, the others are not attempted.
+        errors = {
+            tp: ErrorCode.unknown_topic_or_partition
+            if tp in unknown
+            else ErrorCode.operation_not_attempted
+            for tp in wanted
+        }
+        return _add_partitions_response(request, errors)
+    result = broker.transactions.coordinator.add_partitions(
+        req.v3_and_below_transactional_id,
+        req.v3_and_below_producer_id,
+        req.v3_and_below_producer_epoch,
+        wanted,
+    )
+    return _add_partitions_later(broker, request, result)
+
+
+async def _add_partitions_later(broker: Broker, request: Request, result: Any) -> Any:
+    return _add_partitions_response(request, await broker.transactions.run(result))
+
+
+def _add_partitions_response(request: Request, errors: dict[tuple[str, int], ErrorCode]) -> Any:
+    cls = response_type(24, request.api_version)
+    topic_cls = sibling(cls, "AddPartitionsToTxnTopicResult")
+    part_cls = sibling(cls, "AddPartitionsToTxnPartitionResult")
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (topic, partition), error in errors.items():
+        by_topic[topic].append(
+            build(
+                part_cls,
+                partition_index=partition,
+                partition_error_code=error_for_version(error, 24, request.api_version),
+            )
+        )
+    return build(
+        cls,
+        throttle_time=ZERO,
+        results_by_topic_v3_and_below=tuple(
+            build(topic_cls, name=n, results_by_partition=tuple(ps)) for n, ps in by_topic.items()
+        ),
+    )
+
+
+@api(25, 0, 4)
+def handle_add_offsets_to_txn(broker: Broker, request: Request) -> Any:
+    req = request.body
+    result = broker.transactions.coordinator.add_offsets(
+        req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
+    )
+    return _simple_later(broker, request, 25, result)
+
+
+@api(26, 0, 4)
+def handle_end_txn(broker: Broker, request: Request) -> Any:
+    req = request.body
+    result = broker.transactions.coordinator.end_txn(
+        req.transactional_id, req.producer_id, req.producer_epoch, req.committed
+    )
+    return _simple_later(broker, request, 26, result)
+
+
+async def _simple_later(broker: Broker, request: Request, api_key: int, result: Any) -> Any:
+    error = await broker.transactions.run(result)
+    return build(
+        response_type(api_key, request.api_version),
+        throttle_time=ZERO,
+        error_code=error_for_version(error, api_key, request.api_version),
+    )
+
+
+@api(28, 0, 4)
+def handle_txn_offset_commit(broker: Broker, request: Request) -> Any:
+    req = request.body
+    cls = response_type(28, request.api_version)
+    offsets, errors = requested_offsets(broker, req.topics)
+    coordinator = broker.transactions.coordinator
+    if not broker.transactions.verify_partition(
+        req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, 0
+    ):
+        # The offsets partition must be in the transaction (AddOffsetsToTxn first).
+        meta = coordinator.get(req.transactional_id)
+        error = ErrorCode.invalid_txn_state
+        if meta is None or meta.producer_id != req.producer_id:
+            error = ErrorCode.invalid_producer_id_mapping
+        elif meta.producer_epoch != req.producer_epoch:
+            error = error_for_version(ErrorCode.producer_fenced, 28, request.api_version)
+        errors.update(dict.fromkeys(offsets, error))
+        return commit_response(cls, errors)
+    result = broker.groups.txn_commit_offsets(
+        req.transactional_id,
+        req.group_id,
+        req.producer_id,
+        req.producer_epoch,
+        getattr(req, "generation_id", -1),
+        getattr(req, "member_id", ""),
+        getattr(req, "group_instance_id", None),
+        offsets,
+    )
+    errors.update(result.response)
+    response = commit_response(cls, errors)
+    return broker.write_offsets_records(
+        result.records, response, producer_id=req.producer_id, producer_epoch=req.producer_epoch
+    )
+
+
+@api(65, 0, 0)
+def handle_describe_transactions(broker: Broker, request: Request) -> Any:
+    cls = response_type(65, request.api_version)
+    state_cls = sibling(cls, "TransactionState")
+    topic_cls = sibling(cls, "TopicData")
+    states = tuple(
+        build(
+            state_cls,
+            error_code=d.error,
+            transactional_id=d.transactional_id,
+            transaction_state=d.state,
+            transaction_timeout=datetime.timedelta(milliseconds=d.transaction_timeout_ms),
+            transaction_start_time=_datetime(d.transaction_start_time_ms),
+            producer_id=d.producer_id,
+            producer_epoch=d.producer_epoch,
+            topics=tuple(build(topic_cls, topic=t, partitions=ps) for t, ps in d.topics),
+        )
+        for d in broker.transactions.coordinator.describe(list(request.body.transactional_ids))
+    )
+    return build(cls, throttle_time=ZERO, transaction_states=states)
+
+
+@api(66, 0, 1)
+def handle_list_transactions(broker: Broker, request: Request) -> Any:
+    req = request.body
+    cls = response_type(66, request.api_version)
+    state_cls = sibling(cls, "TransactionState")
+    known = {
+        "Empty",
+        "Ongoing",
+        "PrepareCommit",
+        "PrepareAbort",
+        "CompleteCommit",
+        "CompleteAbort",
+        "Dead",
+        "PrepareEpochFence",
+    }
+    listings = broker.transactions.coordinator.list(
+        req.state_filters, req.producer_id_filters, getattr(req, "duration_filter", -1)
+    )
+    return build(
+        cls,
+        throttle_time=ZERO,
+        error_code=ErrorCode.none,
+        unknown_state_filters=tuple(s for s in req.state_filters if s not in known),
+        transaction_states=tuple(
+            build(
+                state_cls,
+                transactional_id=t.transactional_id,
+                producer_id=t.producer_id,
+                transaction_state=t.state,
+            )
+            for t in listings
+        ),
+    )
+
+
+@api(61, 0, 0)
+def handle_describe_producers(broker: Broker, request: Request) -> Any:
+    cls = response_type(61, request.api_version)
+    topic_cls = sibling(cls, "TopicResponse")
+    part_cls = sibling(cls, "PartitionResponse")
+    producer_cls = sibling(cls, "ProducerState")
+    topics = []
+    for t in request.body.topics:
+        parts = []
+        for index in t.partition_indexes:
+            partition = broker.topics.partition(t.name, index)
+            if partition is None:
+                parts.append(
+                    build(
+                        part_cls,
+                        partition_index=index,
+                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_message=None,
+                        active_producers=(),
+                    )
+                )
+                continue
+            producers = tuple(
+                build(
+                    producer_cls,
+                    producer_id=p.producer_id,
+                    producer_epoch=p.producer_epoch,
+                    last_sequence=p.last_sequence,
+                    last_timestamp=p.last_timestamp,
+                    coordinator_epoch=p.coordinator_epoch,
+                    current_txn_start_offset=p.current_txn_start_offset,
+                )
+                for p in partition.producers.producers()
+            )
+            parts.append(
+                build(
+                    part_cls,
+                    partition_index=index,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    active_producers=producers,
+                )
+            )
+        topics.append(build(topic_cls, name=t.name, partitions=tuple(parts)))
+    return build(cls, throttle_time=ZERO, topics=tuple(topics))

@@ -1,0 +1,177 @@
+"""One partition as the broker serves it: its log, the exactly-once state beside it (producer
+state, aborted-transaction index) and the readers waiting on it.
+
+Producer state is snapshotted on clean shutdown and at segment rolls; recovery loads the
+newest snapshot not past the log end and replays the batches after it (Kafka's way), so a
+duplicate retried across a restart is still caught.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onceflow.clock import Clock
+from onceflow.log.config import LogConfig
+from onceflow.log.partition_log import PartitionLog
+from onceflow.records.batch import BatchHeader, iter_batches
+from onceflow.records.control import ControlType, parse_control_record
+from onceflow.records.record import decode_batch
+from onceflow.txn.aborted_index import AbortedTxnIndex
+from onceflow.txn.errors import CorruptSnapshotError
+from onceflow.txn.producer_state import CompletedTxn, ProducerStateManager
+
+log = logging.getLogger(__name__)
+
+_SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
+SNAPSHOTS_KEPT = 2
+
+
+@dataclass(eq=False)
+class Partition:
+    topic: str
+    index: int
+    log: PartitionLog
+    producers: ProducerStateManager
+    aborted: AbortedTxnIndex
+    # Called after the high watermark moves (fetch long-polls wait on it).
+    listeners: set[Callable[[], None]] = field(default_factory=set)
+    _segments_seen: int = 0
+
+    @classmethod
+    def open(
+        cls,
+        topic: str,
+        index: int,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        producer_id_expiration_ms: int,
+    ) -> Partition:
+        partition_log = PartitionLog.open(directory, config, clock)
+        producers = _load_snapshot(
+            directory, partition_log.log_end_offset, clock, producer_id_expiration_ms
+        )
+        aborted = AbortedTxnIndex.open(directory)
+        partition = cls(topic, index, partition_log, producers, aborted)
+        partition._replay_from(producers.map_end_offset)
+        partition._segments_seen = len(partition_log.segment_base_offsets)
+        return partition
+
+    def _replay_from(self, start: int) -> None:
+        start = max(start, self.log.log_start_offset)
+        self.aborted.truncate_after(start)
+        for header in self.log.iter_batch_headers(start):
+            control = None
+            if header.is_control:
+                batch = decode_batch(self.log.read(header.base_offset, 1).data)
+                control_type, coordinator_epoch = parse_control_record(batch.records[0])
+                control = (control_type == ControlType.COMMIT, coordinator_epoch)
+            self._record_completion(self.producers.replay(header, control))
+        self.producers.update_map_end_offset(self.log.log_end_offset)
+
+    def _record_completion(self, completed: CompletedTxn | None) -> None:
+        if completed is not None and completed.is_aborted:
+            self.aborted.add(completed)
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        """Offsets below it are durable (fsynced, or handed to the OS when fsync is off)."""
+        return self.log.flushed_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.producers.last_stable_offset(self.high_watermark)
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions overlapping [start, end)."""
+        return self.aborted.collect(start_offset, end_offset)
+
+    # -- appends ----------------------------------------------------------------------------
+
+    def after_append(self, headers: list[BatchHeader]) -> None:
+        for header in headers:
+            self.producers.on_append(header)
+        self._snapshot_on_roll()
+
+    def append_marker(
+        self,
+        data: bytes,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> None:
+        """Append a COMMIT/ABORT control batch and close the producer's transaction here."""
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        info = self.log.append(data, list(iter_batches(data, verify_crc=False)))
+        completed = self.producers.on_marker(
+            producer_id, producer_epoch, commit, info.first_offset, coordinator_epoch
+        )
+        self._record_completion(completed)
+        self._snapshot_on_roll()
+
+    def notify(self) -> None:
+        for listener in list(self.listeners):
+            listener()
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def _snapshot_on_roll(self) -> None:
+        segments = len(self.log.segment_base_offsets)
+        if segments != self._segments_seen:
+            self._segments_seen = segments
+            self.write_snapshot()
+
+    def write_snapshot(self) -> None:
+        """Persist producer state at the current log end (the aborted index first, so that
+        every entry below the snapshot offset is on disk)."""
+        self.aborted.flush()
+        directory = self.log.directory
+        offset = self.producers.map_end_offset
+        path = directory / f"{offset:020d}.snapshot"
+        tmp = path.with_suffix(".snapshot.tmp")
+        tmp.write_bytes(self.producers.snapshot())
+        tmp.replace(path)
+        for old in _snapshot_files(directory)[:-SNAPSHOTS_KEPT]:
+            old[1].unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.write_snapshot()
+        self.aborted.close()
+        self.log.close()
+
+    def delete(self) -> None:
+        self.aborted.close()
+        self.log.delete()
+
+
+def _snapshot_files(directory: Path) -> list[tuple[int, Path]]:
+    found = []
+    for path in directory.iterdir():
+        match = _SNAPSHOT.match(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def _load_snapshot(
+    directory: Path, log_end_offset: int, clock: Clock, expiration_ms: int
+) -> ProducerStateManager:
+    """The newest valid snapshot at or below the log end; snapshots past it are deleted (the
+    log lost its unflushed tail in a crash)."""
+    for offset, path in reversed(_snapshot_files(directory)):
+        if offset > log_end_offset:
+            path.unlink(missing_ok=True)
+            continue
+        try:
+            return ProducerStateManager.from_snapshot(path.read_bytes(), clock, expiration_ms)
+        except CorruptSnapshotError as e:
+            log.warning("ignoring corrupt producer snapshot %s: %s", path, e)
+            path.unlink(missing_ok=True)
+    return ProducerStateManager(clock, expiration_ms)

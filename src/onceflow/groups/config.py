@@ -1,0 +1,42 @@
+"""Group coordinator settings, with Apache Kafka's names and defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class GroupCoordinatorConfig:
+    """Settings of the classic group coordinator and the committed-offsets store.
+
+    Each field is the Kafka broker property of the same name with dots turned into
+    underscores (``group.initial.rebalance.delay.ms`` -> ``group_initial_rebalance_delay_ms``).
+    """
+
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = _INT32_MAX
+    group_initial_rebalance_delay_ms: int = 3_000
+    # Not a Kafka property (a constant there): how long a new member may wait in a JoinGroup
+    # before the coordinator gives up on it; it cannot heartbeat before it knows its member id.
+    new_member_join_timeout_ms: int = 300_000
+    offset_metadata_max_bytes: int = 4_096
+    offsets_retention_ms: int = 7 * 24 * 60 * 60 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str | int]) -> GroupCoordinatorConfig:
+        """Build from Kafka-style properties; unknown keys are left to other components."""
+        known = {f.name for f in fields(cls)}
+        values: dict[str, int] = {}
+        for key, value in props.items():
+            name = key.replace(".", "_")
+            if name in known:
+                values[name] = int(value)
+        # Kafka names the retention in minutes; accept it as well.
+        if "offsets.retention.minutes" in props and "offsets_retention_ms" not in values:
+            values["offsets_retention_ms"] = int(props["offsets.retention.minutes"]) * 60_000
+        return cls(**values)

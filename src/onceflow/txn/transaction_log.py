@@ -1,0 +1,328 @@
+"""Record format of the ``__transaction_state`` log, following Apache Kafka's.
+
+Key: int16 version, then
+  - version 0, TransactionLogKey: transactional id (int16-length UTF-8 string), as Kafka;
+  - version ``PRODUCER_ID_BLOCK_KEY_VERSION``, onceflow's producer id block key: nothing more.
+    Kafka keeps producer id blocks in its metadata log; onceflow keeps them here so that a
+    single log makes the coordinator durable. Kafka's loader skips keys of unknown versions.
+Value of a TransactionLogKey: int16 version, then Kafka's TransactionLogValue
+  - v0: producer id int64, epoch int16, timeout int32, state int8, partitions (nullable array of
+    topic string + int32 array), last update timestamp int64, start timestamp int64;
+  - v1 (flexible, written by onceflow): the same fields with compact strings/arrays, then tagged
+    fields: 0 = previous producer id, 1 = next producer id, 2 = client transaction version, and
+    onceflow's ``LAST_PRODUCER_EPOCH_TAG`` = last producer epoch (KIP-360 retries after a
+    restart; Kafka does not persist it and ignores the unknown tag).
+  A value of None is a tombstone: the transactional id expired (Dead).
+Value of the producer id block key: int16 version 0, first producer id int64, block size int32.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from onceflow.txn.coordinator_errors import TransactionLogRecordError
+from onceflow.txn.transaction_state import TransactionState
+
+TRANSACTION_LOG_KEY_VERSION = 0
+TRANSACTION_LOG_VALUE_VERSION = 1
+# Far from Kafka's key versions so a future Kafka key version cannot collide with it.
+PRODUCER_ID_BLOCK_KEY_VERSION = 0x4F46
+PRODUCER_ID_BLOCK_VALUE_VERSION = 0
+
+PREVIOUS_PRODUCER_ID_TAG = 0
+NEXT_PRODUCER_ID_TAG = 1
+CLIENT_TRANSACTION_VERSION_TAG = 2
+# Far above Kafka's tags, for the same reason as the block key version.
+LAST_PRODUCER_EPOCH_TAG = 0x4F46
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class TransactionLogValue:
+    """Everything the coordinator knows about one transactional id (Kafka's TransactionLogValue
+    plus the last producer epoch)."""
+
+    producer_id: int
+    producer_epoch: int
+    txn_timeout_ms: int
+    state: TransactionState
+    partitions: frozenset[TopicPartition]
+    txn_last_update_timestamp: int
+    txn_start_timestamp: int
+    previous_producer_id: int = NO_PRODUCER_ID
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    """Producer ids [first_producer_id, first_producer_id + size) reserved for this broker."""
+
+    first_producer_id: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        """The first producer id after the block."""
+        return self.first_producer_id + self.size
+
+
+@dataclass(frozen=True)
+class TransactionLogKey:
+    transactional_id: str
+
+
+@dataclass(frozen=True)
+class ProducerIdBlockKey:
+    pass
+
+
+LogKey = TransactionLogKey | ProducerIdBlockKey
+
+
+# -- encoding -------------------------------------------------------------------------------
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _string(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    if len(raw) > 0x7FFF:
+        raise TransactionLogRecordError(f"string of {len(raw)} bytes does not fit an int16 length")
+    return _I16.pack(len(raw)) + raw
+
+
+def _compact_string(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    return _uvarint(len(raw) + 1) + raw
+
+
+def _tagged_field(tag: int, data: bytes) -> bytes:
+    return _uvarint(tag) + _uvarint(len(data)) + data
+
+
+def encode_key(transactional_id: str) -> bytes:
+    return _I16.pack(TRANSACTION_LOG_KEY_VERSION) + _string(transactional_id)
+
+
+def encode_value(value: TransactionLogValue) -> bytes:
+    if value.state is TransactionState.DEAD:
+        raise TransactionLogRecordError("Dead is written as a tombstone, not as a value")
+    if value.state is TransactionState.EMPTY and value.partitions:
+        raise TransactionLogRecordError("an Empty transaction has no partitions")
+    out = bytearray(_I16.pack(TRANSACTION_LOG_VALUE_VERSION))
+    out += _I64.pack(value.producer_id)
+    out += _I16.pack(value.producer_epoch)
+    out += _I32.pack(value.txn_timeout_ms)
+    out += _I8.pack(int(value.state))
+    if value.state is TransactionState.EMPTY:
+        out += _uvarint(0)  # null, as Kafka writes for Empty
+    else:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in value.partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        out += _uvarint(len(by_topic) + 1)
+        for topic in sorted(by_topic):
+            partitions = sorted(by_topic[topic])
+            out += _compact_string(topic)
+            out += _uvarint(len(partitions) + 1)
+            out += b"".join(_I32.pack(p) for p in partitions)
+            out += _uvarint(0)  # no tagged fields
+    out += _I64.pack(value.txn_last_update_timestamp)
+    out += _I64.pack(value.txn_start_timestamp)
+    tagged = []
+    if value.previous_producer_id != NO_PRODUCER_ID:
+        tagged.append(
+            _tagged_field(PREVIOUS_PRODUCER_ID_TAG, _I64.pack(value.previous_producer_id))
+        )
+    if value.last_producer_epoch != NO_PRODUCER_EPOCH:
+        tagged.append(_tagged_field(LAST_PRODUCER_EPOCH_TAG, _I16.pack(value.last_producer_epoch)))
+    out += _uvarint(len(tagged))
+    for field in tagged:
+        out += field
+    return bytes(out)
+
+
+def encode_producer_id_block_key() -> bytes:
+    return _I16.pack(PRODUCER_ID_BLOCK_KEY_VERSION)
+
+
+def encode_producer_id_block_value(block: ProducerIdBlock) -> bytes:
+    return (
+        _I16.pack(PRODUCER_ID_BLOCK_VALUE_VERSION)
+        + _I64.pack(block.first_producer_id)
+        + _I32.pack(block.size)
+    )
+
+
+def transaction_record(
+    transactional_id: str, value: TransactionLogValue | None
+) -> tuple[bytes, bytes | None]:
+    """The (key, value) record of a transactional id; None writes a tombstone."""
+    return encode_key(transactional_id), None if value is None else encode_value(value)
+
+
+def producer_id_block_record(block: ProducerIdBlock) -> tuple[bytes, bytes]:
+    return encode_producer_id_block_key(), encode_producer_id_block_value(block)
+
+
+# -- decoding -------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Bounds-checked cursor over one key or value."""
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise TransactionLogRecordError(
+                f"truncated record: {n} bytes wanted at {self.pos} of {len(self.buf)}"
+            )
+        chunk = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def unpack(self, fmt: struct.Struct) -> int:
+        value: int = fmt.unpack(self.take(fmt.size))[0]
+        return value
+
+    def uvarint(self) -> int:
+        result = 0
+        for shift in range(0, 35, 7):
+            byte = self.take(1)[0]
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+        raise TransactionLogRecordError("unsigned varint longer than 5 bytes")
+
+    def string(self) -> str:
+        length = self.unpack(_I16)
+        if length < 0:
+            raise TransactionLogRecordError("null string where a string is required")
+        return self._utf8(self.take(length))
+
+    def compact_string(self) -> str:
+        length = self.uvarint() - 1
+        if length < 0:
+            raise TransactionLogRecordError("null string where a string is required")
+        return self._utf8(self.take(length))
+
+    @staticmethod
+    def _utf8(raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TransactionLogRecordError(f"invalid UTF-8 string: {exc}") from exc
+
+    def skip_tagged_fields(self) -> dict[int, bytes]:
+        fields: dict[int, bytes] = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            fields[tag] = self.take(self.uvarint())
+        return fields
+
+    def end(self) -> None:
+        if self.pos != len(self.buf):
+            raise TransactionLogRecordError(f"{len(self.buf) - self.pos} trailing bytes in record")
+
+
+def decode_key(key: bytes) -> LogKey:
+    r = _Reader(key)
+    version = r.unpack(_I16)
+    if version == TRANSACTION_LOG_KEY_VERSION:
+        parsed: LogKey = TransactionLogKey(r.string())
+    elif version == PRODUCER_ID_BLOCK_KEY_VERSION:
+        parsed = ProducerIdBlockKey()
+    else:
+        raise TransactionLogRecordError(f"unknown transaction log key version {version}")
+    r.end()
+    return parsed
+
+
+def decode_value(value: bytes) -> TransactionLogValue:
+    r = _Reader(value)
+    version = r.unpack(_I16)
+    if version not in (0, 1):
+        raise TransactionLogRecordError(f"unknown transaction log value version {version}")
+    flexible = version >= 1
+    producer_id = r.unpack(_I64)
+    producer_epoch = r.unpack(_I16)
+    timeout = r.unpack(_I32)
+    state_id = r.unpack(_I8)
+    try:
+        state = TransactionState(state_id)
+    except ValueError as exc:
+        raise TransactionLogRecordError(f"unknown transaction state id {state_id}") from exc
+    count = r.uvarint() - 1 if flexible else r.unpack(_I32)
+    partitions: set[TopicPartition] = set()
+    for _ in range(max(count, 0)):
+        topic = r.compact_string() if flexible else r.string()
+        n = r.uvarint() - 1 if flexible else r.unpack(_I32)
+        if n < 0:
+            raise TransactionLogRecordError("null partition array")
+        for _ in range(n):
+            partitions.add((topic, r.unpack(_I32)))
+        if flexible:
+            r.skip_tagged_fields()
+    last_update = r.unpack(_I64)
+    start = r.unpack(_I64)
+    previous_producer_id = NO_PRODUCER_ID
+    last_producer_epoch = NO_PRODUCER_EPOCH
+    if flexible:
+        tagged = r.skip_tagged_fields()
+        if PREVIOUS_PRODUCER_ID_TAG in tagged:
+            previous_producer_id = _I64.unpack(_exact(tagged[PREVIOUS_PRODUCER_ID_TAG], 8))[0]
+        if LAST_PRODUCER_EPOCH_TAG in tagged:
+            last_producer_epoch = _I16.unpack(_exact(tagged[LAST_PRODUCER_EPOCH_TAG], 2))[0]
+    r.end()
+    # As Kafka's loader: an Empty transaction has no partitions, whatever was written.
+    if state is TransactionState.EMPTY:
+        partitions.clear()
+    return TransactionLogValue(
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        txn_timeout_ms=timeout,
+        state=state,
+        partitions=frozenset(partitions),
+        txn_last_update_timestamp=last_update,
+        txn_start_timestamp=start,
+        previous_producer_id=previous_producer_id,
+        last_producer_epoch=last_producer_epoch,
+    )
+
+
+def _exact(data: bytes, size: int) -> bytes:
+    if len(data) != size:
+        raise TransactionLogRecordError(f"tagged field of {len(data)} bytes, expected {size}")
+    return data
+
+
+def decode_producer_id_block_value(value: bytes) -> ProducerIdBlock:
+    r = _Reader(value)
+    version = r.unpack(_I16)
+    if version != PRODUCER_ID_BLOCK_VALUE_VERSION:
+        raise TransactionLogRecordError(f"unknown producer id block value version {version}")
+    block = ProducerIdBlock(first_producer_id=r.unpack(_I64), size=r.unpack(_I32))
+    r.end()
+    if block.first_producer_id < 0 or block.size <= 0:
+        raise TransactionLogRecordError(f"invalid producer id block {block}")
+    return block
