@@ -32,12 +32,14 @@ class EmbeddedBroker:
         fsync: bool = True,
         settings: dict[str, str] | None = None,
         log_level: str = "WARNING",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
         self.fsync = fsync
         self.settings = dict(settings or {})
         self.log_level = log_level
+        self.env = dict(env or {})  # e.g. ONCEFLOW_CRASH_AT (see onceflow.broker.faults)
         self.process: subprocess.Popen[str] | None = None
         self.output: deque[str] = deque(maxlen=200)
 
@@ -73,7 +75,7 @@ class EmbeddedBroker:
             stderr=subprocess.STDOUT,
             text=True,
             bufsize=1,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         ready = threading.Event()
         threading.Thread(target=self._pump, args=(self.process, ready), daemon=True).start()

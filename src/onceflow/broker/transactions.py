@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.coordinator_log import CoordinatorLog
+from onceflow.broker.faults import crash_point
 from onceflow.records.control import build_marker
 from onceflow.txn.coordinator import CoordinatorResult, MarkerJob, TransactionCoordinator
 from onceflow.txn.errors import TxnError
@@ -72,6 +73,7 @@ class Transactions:
             for key, value in result.records:
                 self.coordinator.replay(key, value)
         if result.markers is not None:
+            crash_point("txn.after-decision")
             self._spawn_markers(result.markers)
         return result.response
 
@@ -115,6 +117,7 @@ class Transactions:
                 log.warning("marker for %s-%d skipped: %s", topic, index, e)
                 continue
             partitions.append(partition)
+            crash_point("txn.after-marker")
         logs = [p.log for p in partitions]
         if offsets:
             logs.append(self.broker.offsets_log.log)
@@ -123,6 +126,7 @@ class Transactions:
             partition.notify()
         if offsets:
             self.broker.groups.complete_transaction(job.producer_id, job.commit)
+        crash_point("txn.before-complete")
         await self.run(self.coordinator.markers_written(job.transactional_id, job.producer_epoch))
 
     # -- the produce path -------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.dispatch import api
+from onceflow.broker.faults import crash_point
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
 from onceflow.records.errors import (
@@ -196,4 +197,5 @@ async def _after(
             for t in topics_out
         )
         return build(cls, responses=topics, throttle_time=datetime.timedelta(0))
+    crash_point("produce.before-response")
     return response
