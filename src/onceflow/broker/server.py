@@ -153,20 +153,42 @@ class Broker:
                 )
 
     def write_offsets_records(
-        self, records: list[tuple[bytes, bytes | None]], response: Any
+        self,
+        records: list[tuple[bytes, bytes | None]],
+        response: Any,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> Any:
-        """Append a group coordinator's records, then (once durable) replay them and answer."""
+        """Append a group coordinator's records, then (once durable) replay them and answer.
+
+        With a producer id (TxnOffsetCommit) they are a transactional batch of that producer,
+        pending until its transaction's marker, as `_load_offsets` replays them after a restart.
+        """
         if not records:
             return response
-        self.offsets_log.append(records)
-        return self._replay_when_durable(records, response)
+        transactional = producer_id >= 0
+        self.offsets_log.append(
+            records,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transactional=transactional,
+        )
+        return self._replay_when_durable(
+            records, response, producer_id, producer_epoch, transactional
+        )
 
     async def _replay_when_durable(
-        self, records: list[tuple[bytes, bytes | None]], response: Any
+        self,
+        records: list[tuple[bytes, bytes | None]],
+        response: Any,
+        producer_id: int,
+        producer_epoch: int,
+        transactional: bool,
     ) -> Any:
         await self.offsets_log.durable()
         for key, value in records:
-            self.groups.replay(key, value)
+            self.groups.replay(key, value, producer_id, producer_epoch, transactional)
         return response
 
     # -- durability -------------------------------------------------------------------------

@@ -9,9 +9,6 @@ from typing import Annotated
 
 import typer
 
-from onceflow.broker.config import ConfigError, load_config
-from onceflow.broker.server import serve_forever
-
 
 def _parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
@@ -59,6 +56,10 @@ def broker_command(
     ] = "INFO",
 ) -> None:
     """Run a single-node Kafka-protocol broker in the foreground (SIGTERM/SIGINT stop it)."""
+    # Imported here so that the other commands start without loading the broker.
+    from onceflow.broker.config import ConfigError, load_config
+    from onceflow.broker.server import serve_forever
+
     flags: dict[str, object] = {
         "data_dir": data_dir,
         "fsync": fsync,

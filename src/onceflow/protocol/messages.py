@@ -16,6 +16,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from onceflow.protocol.bounds import check_lengths, read_uvarint
 from onceflow.protocol.errors import (
     MalformedRequestError,
     UnknownApiKeyError,
@@ -55,25 +56,11 @@ def _response_writer(cls: type) -> Any:
     return entity_writer(cls)
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise MalformedRequestError("bad unsigned varint in request header")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-
-
 def _skip_tagged_fields(buf: bytes, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
+    count, pos = read_uvarint(buf, pos)
     for _ in range(count):
-        _tag, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
         pos += size
     if pos > len(buf):
         raise MalformedRequestError("tagged fields run past the end of the request header")
@@ -124,8 +111,10 @@ def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Reques
         body = cls()
     else:
         try:
+            check_lengths(cls, frame, pos)  # before kio trusts a declared count
             body, _ = reader(frame, pos)
         except (
+            MalformedRequestError,
             SerialError,
             ValueError,
             TypeError,

@@ -12,4 +12,5 @@ from onceflow.broker.handlers import (  # noqa: F401
     produce,
     topics_admin,
     transactions,
+    txn_markers,
 )

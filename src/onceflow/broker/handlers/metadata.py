@@ -92,6 +92,15 @@ def handle_metadata(broker: Broker, request: Request) -> Any:
     allow_auto = getattr(req, "allow_auto_topic_creation", True)
     if requested is None:
         topics = tuple(describe(t) for t in broker.topics)
+    elif request.api_version < 12 and any(
+        t.name is None or getattr(t, "topic_id", None) is not None for t in requested
+    ):
+        # Topic ids are only for v12+ (names are not nullable before): Kafka refuses the request
+        # with INVALID_REQUEST on every topic, a missing name answered as "".
+        topics = tuple(
+            failed(t.name or "", ErrorCode.invalid_request, getattr(t, "topic_id", None))
+            for t in requested
+        )
     else:
         out = []
         for wanted in requested:

@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+class InvalidReplicaAssignmentError(TopicError):
+    """A manual assignment Kafka refuses (INVALID_REPLICA_ASSIGNMENT)."""
+
+
 _TOPIC_ERRORS: dict[type[TopicError], ErrorCode] = {
     TopicExistsError: ErrorCode.topic_already_exists,
     InvalidTopicError: ErrorCode.invalid_topic_exception,
@@ -34,6 +39,7 @@ _TOPIC_ERRORS: dict[type[TopicError], ErrorCode] = {
     InvalidPartitionsError: ErrorCode.invalid_partitions,
     InvalidConfigError: ErrorCode.invalid_config,
     InvalidReplicationError: ErrorCode.invalid_replication_factor,
+    InvalidReplicaAssignmentError: ErrorCode.invalid_replica_assignment,
 }
 
 
@@ -41,16 +47,37 @@ def topic_error_code(error: TopicError) -> ErrorCode:
     return _TOPIC_ERRORS.get(type(error), ErrorCode.unknown_server_error)
 
 
+def _check_replicas(broker: Broker, broker_ids: Any) -> None:
+    if tuple(broker_ids) != (broker.config.node_id,):
+        raise InvalidReplicaAssignmentError(
+            f"The manual partition assignment {list(broker_ids)} is not [{broker.config.node_id}]: "
+            f"only broker {broker.config.node_id} exists"
+        )
+
+
 def _partition_count(broker: Broker, topic: Any) -> int:
     if topic.assignments:
-        if topic.num_partitions != -1 or topic.replication_factor != -1:
+        if topic.replication_factor != -1:
+            raise InvalidReplicationError(
+                "A manual partition assignment was specified, but replication factor was not "
+                "set to -1."
+            )
+        if topic.num_partitions != -1:
             raise InvalidPartitionsError(
-                "both numPartitions or replicationFactor and replicasAssignments were set"
+                "A manual partition assignment was specified, but numPartitions was not set to -1."
             )
         for assignment in topic.assignments:
-            if tuple(assignment.broker_ids) != (broker.config.node_id,):
-                raise InvalidReplicationError(f"only broker {broker.config.node_id} exists")
+            _check_replicas(broker, assignment.broker_ids)
+        indexes = sorted(a.partition_index for a in topic.assignments)
+        if indexes != list(range(len(indexes))):
+            raise InvalidReplicaAssignmentError(
+                "partitions should be a consecutive 0-based integer sequence"
+            )
         return len(topic.assignments)
+    if topic.replication_factor == 0 or topic.replication_factor < -1:
+        raise InvalidReplicationError(
+            "Replication factor must be larger than 0, or -1 to use the default value."
+        )
     if topic.replication_factor not in (-1, 1):
         raise InvalidReplicationError(
             f"Replication factor: {topic.replication_factor} larger than available brokers: 1."
@@ -165,10 +192,13 @@ def handle_create_partitions(broker: Broker, request: Request) -> Any:
                     f"Topic currently has {len(topic.partitions)} partitions, which is higher "
                     f"than or equal to the requested {t.count}."
                 )
-            if t.assignments and any(
-                tuple(a.broker_ids) != (broker.config.node_id,) for a in t.assignments
-            ):
-                raise InvalidReplicationError(f"only broker {broker.config.node_id} exists")
+            if t.assignments and len(t.assignments) != t.count - len(topic.partitions):
+                raise InvalidReplicaAssignmentError(
+                    f"Increasing the number of partitions by {t.count - len(topic.partitions)} "
+                    f"but {len(t.assignments)} assignments provided."
+                )
+            for assignment in t.assignments or ():
+                _check_replicas(broker, assignment.broker_ids)
             if not req.validate_only:
                 broker.topics.add_partitions(t.name, t.count)
                 log.info("topic %r now has %d partitions", t.name, t.count)

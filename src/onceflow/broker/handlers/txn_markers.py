@@ -1,0 +1,146 @@
+"""WriteTxnMarkers (27): write COMMIT/ABORT markers to partitions on request.
+
+In Kafka the transaction coordinator sends it to partition leaders; onceflow's coordinator writes
+its markers in-process (broker/transactions.py), so here it serves the admin path: Kafka's
+`kafka-transactions.sh abort` (and `onceflow transactions abort --topic --partition
+--start-offset`) uses it to close a hanging transaction on a partition. As Kafka's handler: each
+partition gets its own error, the markers are appended in request order, and the answer is sent
+once they are durable.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.broker.dispatch import api
+from onceflow.broker.transactions import OFFSETS_TOPIC
+from onceflow.protocol.entities import build, sibling
+from onceflow.protocol.messages import response_type
+from onceflow.records.control import build_marker
+from onceflow.txn.errors import TxnError
+
+if TYPE_CHECKING:
+    from onceflow.broker.partition import Partition
+    from onceflow.broker.server import Broker
+    from onceflow.log.partition_log import PartitionLog
+    from onceflow.protocol.messages import Request
+
+log = logging.getLogger(__name__)
+
+WRITE_TXN_MARKERS = 27
+
+
+@dataclass
+class _Written:
+    """What one request appended, to make durable before answering."""
+
+    partitions: list[Partition] = field(default_factory=list)
+    # (marker index, topic, partition) of each append, to fail them together if fsync fails
+    appended: list[tuple[int, str, int]] = field(default_factory=list)
+
+
+@api(WRITE_TXN_MARKERS, 1, 1)
+def handle_write_txn_markers(broker: Broker, request: Request) -> Any:
+    # Appends happen here, synchronously and in arrival order; only durability is awaited.
+    written = _Written()
+    results: list[dict[tuple[str, int], ErrorCode]] = []
+    for number, marker in enumerate(request.body.markers):
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        for topic in marker.topics:
+            for index in topic.partition_indexes:
+                errors[(topic.name, index)] = _append(
+                    broker, written, number, marker, topic.name, index
+                )
+        results.append(errors)
+    return _answer_when_durable(broker, request, written, results)
+
+
+def _append(
+    broker: Broker, written: _Written, number: int, marker: Any, topic: str, index: int
+) -> ErrorCode:
+    commit = bool(marker.transaction_result)
+    # The offsets log keeps no producer epochs to check a marker against, so a stale one could
+    # settle a newer transaction's offsets: only the coordinator writes markers there.
+    partition = None if topic == OFFSETS_TOPIC else broker.topics.partition(topic, index)
+    if partition is None:
+        return ErrorCode.unknown_topic_or_partition
+    data = build_marker(
+        marker.producer_id,
+        marker.producer_epoch,
+        commit,
+        marker.coordinator_epoch,
+        broker.clock(),
+    )
+    try:
+        partition.append_marker(
+            data, marker.producer_id, marker.producer_epoch, commit, marker.coordinator_epoch
+        )
+    except TxnError as e:
+        # An older epoch (INVALID_PRODUCER_EPOCH) or coordinator epoch: nothing was written.
+        log.info("marker for %s-%d refused: %s", topic, index, e)
+        return e.error_code
+    except OSError as e:
+        log.error("marker append to %s-%d failed: %s", topic, index, e)
+        return ErrorCode.kafka_storage_error
+    log.info(
+        "%s marker written to %s-%d for producer %d (epoch %d) by request",
+        "COMMIT" if commit else "ABORT",
+        topic,
+        index,
+        marker.producer_id,
+        marker.producer_epoch,
+    )
+    written.partitions.append(partition)
+    written.appended.append((number, topic, index))
+    return ErrorCode.none
+
+
+async def _answer_when_durable(
+    broker: Broker,
+    request: Request,
+    written: _Written,
+    results: list[dict[tuple[str, int], ErrorCode]],
+) -> Any:
+    partitions = list(dict.fromkeys(written.partitions))  # a partition may be named twice
+    logs: list[PartitionLog] = [p.log for p in partitions]
+    if logs:
+        try:
+            await broker.committer.wait_durable(logs)
+        except OSError as e:
+            # Appended but not known durable: the outcome is unknown, as for a failed Produce.
+            log.error("fsync of transaction markers failed: %s", e)
+            for number, topic, index in written.appended:
+                results[number][(topic, index)] = ErrorCode.kafka_storage_error
+            return _response(request, results)
+    for partition in partitions:
+        partition.notify()
+    return _response(request, results)
+
+
+def _response(request: Request, results: list[dict[tuple[str, int], ErrorCode]]) -> Any:
+    cls = response_type(WRITE_TXN_MARKERS, request.api_version)
+    marker_cls = sibling(cls, "WritableTxnMarkerResult")
+    topic_cls = sibling(cls, "WritableTxnMarkerTopicResult")
+    part_cls = sibling(cls, "WritableTxnMarkerPartitionResult")
+    markers = []
+    for marker, errors in zip(request.body.markers, results, strict=True):
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, index), error in errors.items():
+            by_topic.setdefault(topic, []).append(
+                build(part_cls, partition_index=index, error_code=error)
+            )
+        markers.append(
+            build(
+                marker_cls,
+                producer_id=marker.producer_id,
+                topics=tuple(
+                    build(topic_cls, name=name, partitions=tuple(parts))
+                    for name, parts in by_topic.items()
+                ),
+            )
+        )
+    return build(cls, markers=tuple(markers))

@@ -1,0 +1,268 @@
+"""`onceflow topics`: create, list, describe and delete topics, as kafka-topics.sh does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+    TopicMetadata,
+)
+from rich.table import Table
+
+from onceflow.cli.options import (
+    DEFAULT_BOOTSTRAP,
+    INTERNAL_TOPICS,
+    REQUEST_TIMEOUT_S,
+    AdminSession,
+    BootstrapServer,
+    CliError,
+    TopicNotFoundError,
+    UsageError,
+    connect_admin,
+    kafka_error_code,
+    kafka_error_text,
+    parse_pairs,
+    result_of,
+    result_table,
+    stdout_console,
+)
+
+topics_app = typer.Typer(
+    help="Create, list, describe and delete topics.", no_args_is_help=True, add_completion=False
+)
+
+
+@topics_app.command("create")
+def create_topic(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Topic name.")],
+    partitions: Annotated[
+        int | None,
+        typer.Option("--partitions", help="Partition count (default: the broker's)."),
+    ] = None,
+    replication_factor: Annotated[
+        int | None,
+        typer.Option(
+            "--replication-factor", help="Replicas per partition (default: the broker's)."
+        ),
+    ] = None,
+    config: Annotated[
+        list[str] | None,
+        typer.Option("--config", metavar="KEY=VALUE", help="Topic config override; repeatable."),
+    ] = None,
+    if_not_exists: Annotated[
+        bool, typer.Option("--if-not-exists", help="Succeed quietly if the topic exists.")
+    ] = False,
+    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Create a topic."""
+    if partitions is not None and partitions < 1:
+        raise UsageError(f"--partitions must be at least 1, not {partitions}.")
+    if replication_factor is not None and replication_factor < 1:
+        raise UsageError(f"--replication-factor must be at least 1, not {replication_factor}.")
+    configs = parse_pairs(config or [], "--config")
+    session = connect_admin(bootstrap_server)
+    # -1 asks the broker for its default (KIP-464), as kafka-topics.sh does when omitted.
+    new_topic = NewTopic(
+        name,
+        num_partitions=partitions if partitions is not None else -1,
+        replication_factor=replication_factor if replication_factor is not None else -1,
+        config=configs,
+    )
+    futures = session.admin.create_topics(
+        [new_topic], operation_timeout=REQUEST_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S
+    )
+    try:
+        result_of(futures[name], f"Creating topic '{name}'")
+    except KafkaException as exc:
+        if kafka_error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
+            if if_not_exists:
+                return
+            raise CliError(f"Topic '{name}' already exists.") from exc
+        raise CliError(f"Cannot create topic '{name}': {kafka_error_text(exc)}.") from exc
+    print(f"Created topic {name}.")
+
+
+@topics_app.command("list")
+def list_topics(
+    exclude_internal: Annotated[
+        bool, typer.Option("--exclude-internal", help="Leave out internal topics.")
+    ] = False,
+    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+) -> None:
+    """List topic names, one per line."""
+    session = connect_admin(bootstrap_server)
+    for name in _topic_names(session, exclude_internal):
+        print(name)
+
+
+@topics_app.command("describe")
+def describe_topics(
+    name: Annotated[
+        str | None, typer.Argument(metavar="[NAME]", help="Topic to describe (default: all).")
+    ] = None,
+    exclude_internal: Annotated[
+        bool, typer.Option("--exclude-internal", help="Leave out internal topics.")
+    ] = False,
+    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Partitions, leaders, earliest/latest offsets and config overrides of topics."""
+    session = connect_admin(bootstrap_server)
+    if name is not None:
+        session.require_topic(name)
+        names = [name]
+    else:
+        names = _topic_names(session, exclude_internal)
+    console = stdout_console()
+    for topic in names:
+        description = describe_topic(session, topic)
+        print(description.header(), flush=True)
+        console.print(description.table())
+
+
+@topics_app.command("delete")
+def delete_topic(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Topic name.")],
+    if_exists: Annotated[
+        bool, typer.Option("--if-exists", help="Succeed quietly if the topic does not exist.")
+    ] = False,
+    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Delete a topic."""
+    session = connect_admin(bootstrap_server)
+    if name not in session.metadata.topics:
+        if if_exists:
+            return
+        raise TopicNotFoundError(name)
+    futures = session.admin.delete_topics(
+        [name], operation_timeout=REQUEST_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S
+    )
+    try:
+        result_of(futures[name], f"Deleting topic '{name}'")
+    except KafkaException as exc:
+        if kafka_error_code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            if if_exists:
+                return
+            raise TopicNotFoundError(name) from exc
+        raise CliError(f"Cannot delete topic '{name}': {kafka_error_text(exc)}.") from exc
+    print(f"Deleted topic {name}.")
+
+
+def _topic_names(session: AdminSession, exclude_internal: bool) -> list[str]:
+    return sorted(
+        name
+        for name in session.metadata.topics
+        if not (exclude_internal and name in INTERNAL_TOPICS)
+    )
+
+
+@dataclass
+class PartitionRow:
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    earliest: int | str
+    latest: int | str
+    error: str
+
+
+@dataclass
+class TopicDescription:
+    """What `topics describe` shows for one topic."""
+
+    name: str
+    partitions: list[PartitionRow]
+    configs: dict[str, str | None]
+    configs_error: str | None
+
+    def header(self) -> str:
+        replication = len(self.partitions[0].replicas) if self.partitions else 0
+        if self.configs_error is not None:
+            configs = f"(unavailable: {self.configs_error})"
+        else:
+            configs = ",".join(f"{k}={v}" for k, v in sorted(self.configs.items()))
+        return (
+            f"Topic: {self.name}\tPartitionCount: {len(self.partitions)}\t"
+            f"ReplicationFactor: {replication}\tConfigs: {configs}"
+        )
+
+    def table(self) -> Table:
+        table = result_table(
+            "Partition", "Leader", "Replicas", "Isr", "Earliest", "Latest", "Error"
+        )
+        for row in self.partitions:
+            table.add_row(
+                str(row.partition),
+                str(row.leader),
+                ",".join(map(str, row.replicas)),
+                ",".join(map(str, row.isr)),
+                str(row.earliest),
+                str(row.latest),
+                row.error or "-",
+            )
+        return table
+
+
+def describe_topic(session: AdminSession, name: str) -> TopicDescription:
+    """Gather metadata, offsets and config overrides of one existing topic."""
+    metadata: TopicMetadata = session.metadata.topics[name]
+    partition_ids = sorted(metadata.partitions)
+    earliest = partition_offsets(session.admin, name, partition_ids, OffsetSpec.earliest())
+    latest = partition_offsets(session.admin, name, partition_ids, OffsetSpec.latest())
+    rows = []
+    for pid in partition_ids:
+        part = metadata.partitions[pid]
+        rows.append(
+            PartitionRow(
+                partition=pid,
+                leader=part.leader,
+                replicas=list(part.replicas),
+                isr=list(part.isrs),
+                earliest=earliest[pid],
+                latest=latest[pid],
+                error=kafka_error_text(part.error) if part.error is not None else "",
+            )
+        )
+    configs, configs_error = _topic_overrides(session.admin, name)
+    return TopicDescription(name, rows, configs, configs_error)
+
+
+def partition_offsets(
+    admin: AdminClient, topic: str, partitions: list[int], spec: OffsetSpec
+) -> dict[int, int | str]:
+    """ListOffsets for the given partitions: the offset, or the error's name where one failed."""
+    if not partitions:
+        return {}
+    request = {TopicPartition(topic, pid): spec for pid in partitions}
+    futures = admin.list_offsets(request, request_timeout=REQUEST_TIMEOUT_S)
+    found: dict[int, int | str] = {}
+    for tp, future in futures.items():
+        try:
+            found[tp.partition] = result_of(future, f"Listing offsets of {topic}").offset
+        except KafkaException as exc:
+            found[tp.partition] = kafka_error_text(exc)
+    return found
+
+
+def _topic_overrides(admin: AdminClient, name: str) -> tuple[dict[str, str | None], str | None]:
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    futures = admin.describe_configs([resource], request_timeout=REQUEST_TIMEOUT_S)
+    try:
+        entries: dict[str, ConfigEntry] = result_of(futures[resource], f"Describing {name}")
+    except KafkaException as exc:
+        # Some Kafka-protocol brokers lack DescribeConfigs; the rest of the description stands.
+        return {}, kafka_error_text(exc)
+    return {
+        key: ("(sensitive)" if entry.is_sensitive else entry.value)
+        for key, entry in entries.items()
+        if not entry.is_default  # as kafka-topics.sh: all but built-in defaults
+    }, None

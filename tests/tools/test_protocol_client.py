@@ -1,0 +1,689 @@
+"""The blocking protocol client against the running broker (and against fake brokers for the
+failure paths): version negotiation, typed responses, routing, WriteTxnMarkers, typed errors."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import logging
+import socket
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map
+from kio.serial import entity_writer
+
+from onceflow.broker import handlers  # noqa: F401  (fills the table of implemented APIs)
+from onceflow.broker.dispatch import supported_versions
+from onceflow.cli.transactions import describe_producers, describe_transactions
+from onceflow.protocol.client import (
+    BrokerConnection,
+    BrokerConnectionError,
+    KafkaClient,
+    KafkaResponseError,
+    MalformedResponseError,
+    RequestTimeoutError,
+    UnsupportedApiError,
+    kio_versions,
+)
+from onceflow.protocol.entities import build, sibling
+from onceflow.protocol.messages import encode_response, parse_request
+from tests.broker.test_confluent_client import create_topic
+
+LIST_OFFSETS = 2
+WRITE_TXN_MARKERS = 27
+DESCRIBE_PRODUCERS = 61
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+READ_COMMITTED = 1
+LATEST = -1
+
+QUIET = logging.getLogger("tests.tools.librdkafka")
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False
+
+
+# --- shared helpers (the CLI tests use them too) ------------------------------------------------
+
+
+def open_transaction(
+    bootstrap: str, transactional_id: str, topic: str, values: dict[int, list[bytes]]
+) -> Producer:
+    """A confluent-kafka transactional producer left with an open transaction holding `values`
+    (per partition), every record acknowledged."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            # Long enough that the broker's timeout never aborts it during a test.
+            "transaction.timeout.ms": 300_000,
+            "logger": QUIET,
+        }
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for partition, records in values.items():
+        for value in records:
+            producer.produce(topic, value=value, partition=partition)
+    assert producer.flush(30) == 0
+    return producer
+
+
+def last_stable_offset(client: KafkaClient, topic: str, partition: int) -> int:
+    """ListOffsets "latest" with read_committed: the partition's last stable offset."""
+
+    def make(cls: type) -> Any:
+        topic_cls = sibling(cls, "ListOffsetsTopic")
+        part_cls = sibling(cls, "ListOffsetsPartition")
+        return build(
+            cls,
+            replica_id=-1,
+            isolation_level=READ_COMMITTED,
+            topics=(
+                build(
+                    topic_cls,
+                    name=topic,
+                    partitions=(
+                        build(
+                            part_cls,
+                            partition_index=partition,
+                            current_leader_epoch=-1,
+                            timestamp=LATEST,
+                            max_num_offsets=1,
+                        ),
+                    ),
+                ),
+            ),
+        )
+
+    response = client.call_leader(topic, partition, LIST_OFFSETS, make, min_version=2)
+    answer = response.topics[0].partitions[0]
+    assert answer.error_code == ErrorCode.none
+    return answer.offset
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
+        time.sleep(0.05)
+
+
+def dead_address() -> str:
+    """An address nobody listens on (a port just released by the kernel)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"127.0.0.1:{port}"
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(bootstrap: str) -> Iterator[KafkaClient]:
+    with KafkaClient(bootstrap) as connected:
+        yield connected
+
+
+# --- negotiation --------------------------------------------------------------------------------
+
+
+def test_negotiates_the_highest_version_both_sides_support(client: KafkaClient) -> None:
+    connection = client.any_connection()
+    advertised = supported_versions()
+    assert connection.api_versions == advertised
+    for api_key in (3, 10, 18, LIST_OFFSETS, WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, 65, 66):
+        broker_max = advertised[api_key][1]
+        assert connection.version_for(api_key) == min(broker_max, kio_versions(api_key)[1])
+    assert connection.version_for(WRITE_TXN_MARKERS) == 1
+    # The caller may cap the version; the request class follows the negotiated one.
+    assert connection.version_for(3, max_version=5) == 5
+    assert connection.request_class(3, max_version=5).__version__ == 5
+    # A floor above what the broker offers is refused, naming both ranges.
+    with pytest.raises(UnsupportedApiError, match=r"\(v0-v1\) and this client \(v2-v2\)"):
+        connection.version_for(LIST_TRANSACTIONS, min_version=2)
+
+
+def test_apis_or_versions_the_broker_lacks_are_refused_before_sending(
+    client: KafkaClient,
+) -> None:
+    connection = client.any_connection()
+    missing = next(key for key in sorted(api_key_map) if key not in connection.api_versions)
+    with pytest.raises(UnsupportedApiError, match=f"API {missing}"):
+        connection.version_for(missing)
+    assert not connection.supports(missing)
+    too_new = connection.api_versions[3][1] + 1
+    if too_new <= kio_versions(3)[1]:
+        request = build(
+            load_request_schema(3, too_new),
+            topics=None,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        with pytest.raises(UnsupportedApiError, match=f"v{too_new}"):
+            connection.send(request)
+    # The connection is still usable afterwards.
+    assert client.metadata() is not None
+
+
+# --- typed responses and routing ----------------------------------------------------------------
+
+
+def test_metadata_leaders_and_coordinator(
+    client: KafkaClient, bootstrap: str, topic_name: str
+) -> None:
+    create_topic(bootstrap, topic_name, partitions=3)
+    response = client.metadata([topic_name])
+    assert type(response).__name__ == "MetadataResponse"
+    assert [t.name for t in response.topics] == [topic_name]
+    assert client.partitions(topic_name) == [0, 1, 2]
+    (node_id,) = client.brokers
+    assert client.leader(topic_name, 2) == node_id
+    assert client.brokers[node_id].address == bootstrap
+    assert topic_name in client.topics()
+    coordinator = client.find_coordinator(f"txn-{uuid.uuid4().hex[:8]}")
+    assert (coordinator.node_id, coordinator.address) == (node_id, bootstrap)
+    with pytest.raises(KafkaResponseError) as missing:
+        client.partitions(f"missing-{uuid.uuid4().hex[:8]}")
+    assert missing.value.error_code == ErrorCode.unknown_topic_or_partition
+    with pytest.raises(KafkaResponseError):
+        client.leader(topic_name, 3)
+
+
+def test_transaction_admin_apis_answer_typed_entities(
+    client: KafkaClient, bootstrap: str, topic_name: str
+) -> None:
+    create_topic(bootstrap, topic_name, partitions=2)
+    txn_id = f"txn-{uuid.uuid4().hex[:8]}"
+    producer = open_transaction(bootstrap, txn_id, topic_name, {0: [b"a", b"b"], 1: [b"c"]})
+    try:
+        described = client.call_coordinator(
+            txn_id,
+            DESCRIBE_TRANSACTIONS,
+            lambda cls: build(cls, transactional_ids=(txn_id, "no-such-id")),
+        )
+        ours, unknown = described.transaction_states
+        assert ours.error_code == ErrorCode.none
+        assert ours.transaction_state == "Ongoing"
+        assert ours.transaction_timeout.total_seconds() == 300
+        assert 0 < ours.transaction_start_time <= time.time() * 1000 + 1000
+        assert {(t.topic, p) for t in ours.topics for p in t.partitions} == {
+            (topic_name, 0),
+            (topic_name, 1),
+        }
+        # Kafka sends -1 as the start time of an unknown id; kio cannot read that as a
+        # timestamp, so the client reads it as an int.
+        assert unknown.error_code == ErrorCode.transactional_id_not_found
+        assert unknown.transaction_start_time == -1
+
+        listed = client.call_each_broker(
+            LIST_TRANSACTIONS,
+            lambda cls: build(
+                cls,
+                state_filters=("Ongoing",),
+                producer_id_filters=(ours.producer_id,),
+                duration_filter=-1,
+            ),
+        )
+        assert listed.failures == []
+        states = [s for _, r in listed.responses for s in r.transaction_states]
+        assert [(s.transactional_id, s.transaction_state) for s in states] == [(txn_id, "Ongoing")]
+
+        producers = client.call_leader(
+            topic_name,
+            0,
+            DESCRIBE_PRODUCERS,
+            lambda cls: build(
+                cls,
+                topics=(
+                    build(sibling(cls, "TopicRequest"), name=topic_name, partition_indexes=(0,)),
+                ),
+            ),
+        )
+        (state,) = producers.topics[0].partitions[0].active_producers
+        assert (state.producer_id, state.producer_epoch) == (ours.producer_id, ours.producer_epoch)
+        assert state.current_txn_start_offset == 0
+        assert state.last_sequence == 1
+    finally:
+        producer.abort_transaction(30)
+
+
+def write_txn_markers(
+    client: KafkaClient,
+    topic: str,
+    partitions: tuple[int, ...],
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool = False,
+) -> dict[int, ErrorCode]:
+    def make(cls: type) -> Any:
+        return build(
+            cls,
+            markers=(
+                build(
+                    sibling(cls, "WritableTxnMarker"),
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    transaction_result=commit,
+                    topics=(
+                        build(
+                            sibling(cls, "WritableTxnMarkerTopic"),
+                            name=topic,
+                            partition_indexes=partitions,
+                        ),
+                    ),
+                    coordinator_epoch=0,
+                ),
+            ),
+        )
+
+    response = client.call_leader(topic, partitions[0], WRITE_TXN_MARKERS, make)
+    (marker,) = response.markers
+    assert marker.producer_id == producer_id
+    return {p.partition_index: p.error_code for t in marker.topics for p in t.partitions}
+
+
+def test_write_txn_markers_aborts_an_open_transaction_and_moves_the_lso(
+    client: KafkaClient, bootstrap: str, topic_name: str
+) -> None:
+    create_topic(bootstrap, topic_name, partitions=2)
+    txn_id = f"txn-{uuid.uuid4().hex[:8]}"
+    # A first instance takes epoch 0, so the open transaction below runs at epoch 1.
+    first = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "logger": QUIET})
+    first.init_transactions(30)
+    first.close()
+    producer = open_transaction(bootstrap, txn_id, topic_name, {0: [b"x"] * 3})
+    try:
+        wait_until(lambda: last_stable_offset(client, topic_name, 0) == 0, what="LSO pinned at 0")
+        (description,) = client.call_coordinator(
+            txn_id, DESCRIBE_TRANSACTIONS, lambda cls: build(cls, transactional_ids=(txn_id,))
+        ).transaction_states
+        pid, epoch = description.producer_id, description.producer_epoch
+
+        # An older epoch is refused and writes nothing; an unknown partition is reported.
+        assert epoch == 1
+        stale = write_txn_markers(client, topic_name, (0,), pid, epoch - 1)
+        assert stale == {0: ErrorCode.invalid_producer_epoch}
+        assert last_stable_offset(client, topic_name, 0) == 0
+        errors = write_txn_markers(client, topic_name, (0, 7), pid, epoch)
+        assert errors == {0: ErrorCode.none, 7: ErrorCode.unknown_topic_or_partition}
+        # The marker is durable before the answer: three records and the marker are stable.
+        assert last_stable_offset(client, topic_name, 0) == 4
+        producers = client.call_leader(
+            topic_name,
+            0,
+            DESCRIBE_PRODUCERS,
+            lambda cls: build(
+                cls,
+                topics=(
+                    build(sibling(cls, "TopicRequest"), name=topic_name, partition_indexes=(0,)),
+                ),
+            ),
+        )
+        (state,) = producers.topics[0].partitions[0].active_producers
+        assert state.current_txn_start_offset == -1
+    finally:
+        producer.abort_transaction(30)
+
+
+# --- failures -----------------------------------------------------------------------------------
+
+
+def test_a_dead_address_fails_fast_with_a_connection_error() -> None:
+    address = dead_address()
+    host, port = address.split(":")
+    started = time.monotonic()
+    with pytest.raises(BrokerConnectionError, match=address):
+        BrokerConnection.connect(host, int(port), connect_timeout_s=2)
+    with pytest.raises(BrokerConnectionError, match="cannot reach any bootstrap broker") as both:
+        KafkaClient(f"{address},{dead_address()}", connect_timeout_s=2).connect()
+    assert both.value.reason.count("Connection refused") == 2
+    assert time.monotonic() - started < 4
+
+
+Answer = Callable[[bytes], "bytes | None"]
+
+
+def header_of(frame: bytes) -> tuple[int, int, int]:
+    """(api key, version, correlation id) of a request frame."""
+    api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
+    return api_key, version, correlation_id
+
+
+class FakeBroker:
+    """Accepts connections on a thread and answers each request frame with `answer(frame)`:
+    bytes to send back (without the size), or None to stay silent, or b"" to hang up."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.requests: list[tuple[int, int]] = []
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                sock, _ = self.server.accept()
+            except OSError:
+                return
+            self._open.append(sock)
+            threading.Thread(target=self._talk, args=(sock,), daemon=True).start()
+
+    def _talk(self, sock: socket.socket) -> None:
+        with sock:
+            while True:
+                try:
+                    size_bytes = sock.recv(4, socket.MSG_WAITALL)
+                    if len(size_bytes) < 4:
+                        return
+                    frame = sock.recv(struct.unpack(">i", size_bytes)[0], socket.MSG_WAITALL)
+                except OSError:
+                    return
+                self.requests.append(header_of(frame)[:2])
+                reply = self.answer(frame)
+                if reply is None:
+                    continue
+                if reply == b"":
+                    return
+                sock.sendall(struct.pack(">i", len(reply)) + reply)
+
+    def close(self) -> None:
+        self.server.close()
+        for sock in self._open:
+            sock.close()
+
+
+@pytest.fixture
+def fake_broker() -> Iterator[Callable[[Answer], FakeBroker]]:
+    started: list[FakeBroker] = []
+
+    def start(answer: Answer) -> FakeBroker:
+        started.append(FakeBroker(answer))
+        return started[-1]
+
+    yield start
+    for fake in started:
+        fake.close()
+
+
+def api_versions_reply(correlation_id: int, version: int, error: ErrorCode, keys: Any) -> bytes:
+    """An ApiVersions response: always header v0 (no tagged fields), as Kafka sends it."""
+    cls = load_response_schema(18, version)
+    key_cls = sibling(cls, "ApiVersion")
+    body = build(
+        cls,
+        error_code=error,
+        api_keys=tuple(key_cls(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in keys),
+        throttle_time=datetime.timedelta(0),
+        supported_features=(),
+        finalized_features_epoch=-1,
+        finalized_features=(),
+        zk_migration_ready=False,
+    )
+    buf = io.BytesIO()
+    buf.write(struct.pack(">i", correlation_id))
+    entity_writer(cls)(buf, body)
+    return buf.getvalue()
+
+
+def test_api_versions_falls_back_to_the_brokers_version(fake_broker: Any) -> None:
+    """KIP-511: a broker that does not know our ApiVersions version answers v0 with
+    UNSUPPORTED_VERSION and its range; the client asks again at that version."""
+    keys = [(18, 0, 2), (3, 1, 5), (61, 0, 0)]
+
+    def answer(frame: bytes) -> bytes:
+        api_key, version, correlation_id = header_of(frame)
+        assert api_key == 18
+        if version > 2:
+            return api_versions_reply(correlation_id, 0, ErrorCode.unsupported_version, keys[:1])
+        return api_versions_reply(correlation_id, version, ErrorCode.none, keys)
+
+    fake = fake_broker(answer)
+    with BrokerConnection.connect("127.0.0.1", fake.port) as connection:
+        assert fake.requests == [(18, kio_versions(18)[1]), (18, 2)]
+        assert connection.api_versions == {18: (0, 2), 3: (1, 5), 61: (0, 0)}
+        assert connection.version_for(3) == 5
+        with pytest.raises(UnsupportedApiError, match="DescribeTransactions"):
+            connection.version_for(65)
+
+
+def test_a_silent_broker_times_out(fake_broker: Any) -> None:
+    fake = fake_broker(lambda _frame: None)
+    started = time.monotonic()
+    with pytest.raises(RequestTimeoutError, match="ApiVersions"):
+        BrokerConnection.connect("127.0.0.1", fake.port, request_timeout_s=0.5)
+    assert time.monotonic() - started < 3
+
+
+def test_a_broker_that_hangs_up_is_a_connection_error(fake_broker: Any) -> None:
+    fake = fake_broker(lambda _frame: b"")
+    with pytest.raises(BrokerConnectionError, match="closed the connection"):
+        BrokerConnection.connect("127.0.0.1", fake.port)
+
+
+def test_an_answer_to_another_request_is_malformed(fake_broker: Any) -> None:
+    keys = [(18, 0, 4)]
+    fake = fake_broker(
+        lambda frame: api_versions_reply(
+            header_of(frame)[2] + 1, header_of(frame)[1], ErrorCode.none, keys
+        )
+    )
+    with pytest.raises(MalformedResponseError, match="correlation id"):
+        BrokerConnection.connect("127.0.0.1", fake.port)
+
+
+def test_garbage_is_malformed(fake_broker: Any) -> None:
+    fake = fake_broker(lambda frame: struct.pack(">ih", header_of(frame)[2], 0))
+    with pytest.raises(MalformedResponseError, match="does not parse"):
+        BrokerConnection.connect("127.0.0.1", fake.port)
+
+
+# --- routing in a (fake) two-broker cluster -----------------------------------------------------
+
+
+class FakeCluster:
+    """Two fake brokers (node ids 1 and 2) answering with kio entities: partition 0 of topic
+    "t" is led by node 1, partition 1 by node 2 (after a leader move Metadata has not caught up
+    with yet), and node 2 coordinates every transactional id."""
+
+    TOPIC = "t"
+    SUPPORTED = {18: (0, 3), 3: (1, 12), 10: (0, 6), 61: (0, 0), 65: (0, 0), 66: (0, 1)}
+
+    def __init__(self, start: Callable[[Answer], FakeBroker]) -> None:
+        self.seen: list[tuple[int, int, Any]] = []  # (node id, api key, request body)
+        # Partition 1 is led by node 2, but Metadata says node 1 until node 1 has refused it.
+        self.actual_leaders = {0: 1, 1: 2}
+        self.leaders = {0: 1, 1: 1}
+        self.nodes = {node_id: start(self._answerer(node_id)) for node_id in (1, 2)}
+
+    def _answerer(self, node_id: int) -> Answer:
+        def answer(frame: bytes) -> bytes:
+            request = parse_request(frame, self.SUPPORTED)
+            self.seen.append((node_id, request.api_key, request.body))
+            body = getattr(self, f"_api_{request.api_key}")(node_id, request)
+            return encode_response(request, body)[4:]
+
+        return answer
+
+    def _api_18(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(18, request.api_version)
+        key_cls = sibling(cls, "ApiVersion")
+        return build(
+            cls,
+            error_code=ErrorCode.none,
+            api_keys=tuple(
+                key_cls(api_key=k, min_version=lo, max_version=hi)
+                for k, (lo, hi) in self.SUPPORTED.items()
+            ),
+            throttle_time=datetime.timedelta(0),
+            supported_features=(),
+            finalized_features_epoch=-1,
+            finalized_features=(),
+            zk_migration_ready=False,
+        )
+
+    def _api_3(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(3, request.api_version)
+        broker_cls = sibling(cls, "MetadataResponseBroker")
+        topic_cls = sibling(cls, "MetadataResponseTopic")
+        part_cls = sibling(cls, "MetadataResponsePartition")
+        partitions = tuple(
+            build(
+                part_cls,
+                error_code=ErrorCode.none,
+                partition_index=p,
+                leader_id=leader,
+                leader_epoch=0,
+                replica_nodes=(leader,),
+                isr_nodes=(leader,),
+                offline_replicas=(),
+            )
+            for p, leader in sorted(self.leaders.items())
+        )
+        return build(
+            cls,
+            throttle_time=datetime.timedelta(0),
+            brokers=tuple(
+                build(broker_cls, node_id=n, host="127.0.0.1", port=fake.port, rack=None)
+                for n, fake in self.nodes.items()
+            ),
+            cluster_id="fake",
+            controller_id=1,
+            topics=(
+                build(
+                    topic_cls,
+                    error_code=ErrorCode.none,
+                    name=self.TOPIC,
+                    topic_id=uuid.uuid4(),
+                    is_internal=False,
+                    partitions=partitions,
+                    topic_authorized_operations=-2147483648,
+                ),
+            ),
+            cluster_authorized_operations=-2147483648,
+        )
+
+    def _api_10(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(10, request.api_version)
+        coordinator = build(
+            sibling(cls, "Coordinator"),
+            key=request.body.coordinator_keys[0],
+            node_id=2,
+            host="127.0.0.1",
+            port=self.nodes[2].port,
+            error_code=ErrorCode.none,
+            error_message=None,
+        )
+        return build(cls, throttle_time=datetime.timedelta(0), coordinators=(coordinator,))
+
+    def _api_61(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(61, request.api_version)
+        topic_cls = sibling(cls, "TopicResponse")
+        part_cls = sibling(cls, "PartitionResponse")
+        parts = []
+        for index in request.body.topics[0].partition_indexes:
+            error = ErrorCode.none
+            if self.actual_leaders[index] != node_id:
+                error = ErrorCode.not_leader_or_follower
+                self.leaders[index] = self.actual_leaders[index]
+            parts.append(
+                build(
+                    part_cls,
+                    partition_index=index,
+                    error_code=error,
+                    error_message=None,
+                    active_producers=(),
+                )
+            )
+        return build(
+            cls,
+            throttle_time=datetime.timedelta(0),
+            topics=(build(topic_cls, name=self.TOPIC, partitions=tuple(parts)),),
+        )
+
+    def _api_65(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(65, request.api_version)
+        state_cls = sibling(cls, "TransactionState")
+        return build(
+            cls,
+            throttle_time=datetime.timedelta(0),
+            transaction_states=tuple(
+                build(
+                    state_cls,
+                    error_code=ErrorCode.transactional_id_not_found,
+                    transactional_id=txn_id,
+                    transaction_state="",
+                    transaction_timeout=datetime.timedelta(0),
+                    transaction_start_time=datetime.datetime.fromtimestamp(-0.001, datetime.UTC),
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=(),
+                )
+                for txn_id in request.body.transactional_ids
+            ),
+        )
+
+    def _api_66(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(66, request.api_version)
+        state_cls = sibling(cls, "TransactionState")
+        return build(
+            cls,
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.none,
+            unknown_state_filters=(),
+            transaction_states=(
+                build(
+                    state_cls,
+                    transactional_id=f"id-on-{node_id}",
+                    producer_id=node_id,
+                    transaction_state="Ongoing",
+                ),
+            ),
+        )
+
+
+@pytest.fixture
+def fake_cluster(fake_broker: Callable[[Answer], FakeBroker]) -> FakeCluster:
+    return FakeCluster(fake_broker)
+
+
+def test_requests_go_to_the_leader_the_coordinator_and_every_broker(
+    fake_cluster: FakeCluster,
+) -> None:
+    node1 = fake_cluster.nodes[1]
+    with KafkaClient(f"127.0.0.1:{node1.port}") as client:
+        assert sorted(client.brokers) == [1, 2]
+        assert client.leader(FakeCluster.TOPIC, 0) == 1
+
+        # Partition 1 moved to node 2: node 1 refuses it, the client refreshes and asks node 2.
+        producers = describe_producers(client, [(FakeCluster.TOPIC, 0), (FakeCluster.TOPIC, 1)])
+        assert producers == {(FakeCluster.TOPIC, 0): [], (FakeCluster.TOPIC, 1): []}
+        asked = [
+            (node, tuple(body.topics[0].partition_indexes))
+            for node, key, body in fake_cluster.seen
+            if key == DESCRIBE_PRODUCERS
+        ]
+        assert asked == [(1, (0, 1)), (2, (1,))]
+
+        assert client.find_coordinator("some-id").node_id == 2
+        assert describe_transactions(client, ["some-id"]) == {"some-id": None}
+        assert [n for n, key, _ in fake_cluster.seen if key == DESCRIBE_TRANSACTIONS] == [2]
+
+        listed = client.call_each_broker(
+            LIST_TRANSACTIONS,
+            lambda cls: build(cls, state_filters=(), producer_id_filters=(), duration_filter=-1),
+        )
+        assert [
+            (node.node_id, r.transaction_states[0].transactional_id) for node, r in listed.responses
+        ] == [(1, "id-on-1"), (2, "id-on-2")]
