@@ -30,9 +30,14 @@ app.add_typer(groups_app, name="groups")
 app.add_typer(transactions_app, name="transactions")
 app.command("bench")(bench_command)
 app.command("demo")(demo_command)
-app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
-    run_command
-)
+app.command(
+    "run",
+    context_settings={
+        "allow_extra_args": True,
+        "ignore_unknown_options": True,
+        "help_option_names": [],  # NAME --help is the pipeline's own help
+    },
+)(run_command)
 
 if __name__ == "__main__":
     app()

@@ -20,6 +20,10 @@ def run_command(
 ) -> None:
     """Run a bundled pipeline; its own options follow the name (NAME --help lists them)."""
     module = PIPELINES.get(name)
+    if name in ("--help", "-h"):
+        typer.echo("Usage: onceflow run NAME [OPTIONS]   (NAME --help for its options)")
+        typer.echo(f"Pipelines: {', '.join(PIPELINES)}")
+        return
     if module is None:
         raise typer.BadParameter(f"unknown pipeline {name!r}; choose from {', '.join(PIPELINES)}")
     importlib.import_module(module).main(ctx.args)

@@ -21,7 +21,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.pipelines import CRASH_AFTER_BATCH_ENV
-from onceflow.spark import exactly_once_writer, local_session, register
+from onceflow.pipelines.session import add_common_arguments, run_until, session, source
+from onceflow.spark import exactly_once_writer
 
 
 def word_counts(lines: DataFrame) -> DataFrame:
@@ -51,14 +52,6 @@ def start(
     exactly_once: bool = True,
     max_offsets_per_trigger: int | None = None,
 ) -> StreamingQuery:
-    reader = (
-        spark.readStream.format("onceflow")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", input_topic)
-        .option("startingOffsets", "earliest")
-    )
-    if max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
     write = exactly_once_writer(bootstrap, output_topic, prefix, exactly_once=exactly_once)
     crash_at = os.environ.get(CRASH_AFTER_BATCH_ENV)
     after = _crash_after(int(crash_at)) if crash_at else None
@@ -69,7 +62,7 @@ def start(
             after(batch_id)
 
     return (
-        word_counts(reader.load())
+        word_counts(source(spark, bootstrap, input_topic, max_offsets_per_trigger))
         .writeStream.outputMode("update")
         .foreachBatch(write_batch)
         .option("checkpointLocation", checkpoint)
@@ -79,29 +72,15 @@ def start(
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wordcount", description=__doc__.splitlines()[0])
-    p.add_argument("--bootstrap-server", required=True)
+    add_common_arguments(p)
     p.add_argument("--input", default="sentences")
     p.add_argument("--output", default="word-counts")
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--prefix", default=None, help="transactional id prefix [the output topic]")
-    p.add_argument("--at-least-once", action="store_true", help="plain sink, for comparison")
-    p.add_argument("--max-offsets-per-trigger", type=int, default=None)
-    p.add_argument(
-        "--until-caught-up",
-        action="store_true",
-        help="stop once every available record is processed",
-    )
-    p.add_argument("--master", default=None, help="Spark master [local[2,4] when run locally]")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    if args.master or os.environ.get("SPARK_HOME"):
-        builder = SparkSession.builder.appName("onceflow-wordcount")
-        spark = register((builder.master(args.master) if args.master else builder).getOrCreate())
-    else:
-        spark = local_session(app_name="onceflow-wordcount")
+    spark = session("onceflow-wordcount", args.master)
     query = start(
         spark,
         bootstrap=args.bootstrap_server,
@@ -112,11 +91,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         exactly_once=not args.at_least_once,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
     )
-    if args.until_caught_up:
-        query.processAllAvailable()
-        query.stop()
-    else:
-        query.awaitTermination()
+    run_until(query, args.until_caught_up)
 
 
 if __name__ == "__main__":

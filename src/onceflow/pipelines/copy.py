@@ -1,0 +1,82 @@
+"""Copy a topic to another, exactly once, optionally through a user's Python function.
+
+`--transform package.module:function` names a function `(key, value) -> (key, value) | None`
+over bytes; None drops the record. It must be deterministic (a re-run task must produce the
+same records in the same order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from onceflow.pipelines.session import add_common_arguments, run_until, session, source
+
+Transform = Callable[[bytes | None, bytes | None], tuple[bytes | None, bytes | None] | None]
+
+
+def load_transform(spec: str) -> Transform:
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"--transform wants package.module:function, not {spec!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def transformed(df: DataFrame, spec: str | None) -> DataFrame:
+    records = df.select("key", "value")
+    if spec is None:
+        return records
+    load_transform(spec)  # fail on the driver, before any task runs
+
+    def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        fn = load_transform(spec)
+        for batch in batches:
+            keys, values = [], []
+            for key, value in zip(
+                batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True
+            ):
+                out = fn(key, value)
+                if out is not None:
+                    keys.append(out[0])
+                    values.append(out[1])
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(keys, pa.binary()), pa.array(values, pa.binary())], ["key", "value"]
+            )
+
+    return records.mapInArrow(apply, "key binary, value binary")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="copy", description=__doc__.splitlines()[0])
+    add_common_arguments(p)
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--transform", default=None, help="package.module:function")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    spark = session("onceflow-copy", args.master)
+    df = transformed(
+        source(spark, args.bootstrap_server, args.input, args.max_offsets_per_trigger),
+        args.transform,
+    )
+    writer = (
+        df.writeStream.format("onceflow")
+        .option("kafka.bootstrap.servers", args.bootstrap_server)
+        .option("topic", args.output)
+        .option("checkpointLocation", args.checkpoint)
+        .option("exactlyOnce", str(not args.at_least_once).lower())
+    )
+    if args.prefix:
+        writer = writer.option("transactional.id.prefix", args.prefix)
+    run_until(writer.start(), args.until_caught_up)
+
+
+if __name__ == "__main__":
+    main()

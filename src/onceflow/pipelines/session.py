@@ -1,0 +1,52 @@
+"""The Spark session a bundled pipeline runs on: local by default, a cluster with --master."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from pyspark.sql import SparkSession
+
+from onceflow.spark import local_session, register
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-server", required=True, help="Kafka bootstrap servers.")
+    p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory.")
+    p.add_argument("--prefix", default=None, help="Transactional id prefix (stable per query).")
+    p.add_argument("--at-least-once", action="store_true", help="Plain sink, for comparison.")
+    p.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    p.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="Stop once every available record is processed.",
+    )
+    p.add_argument("--master", default=None, help="Spark master [local[2,4]].")
+
+
+def session(app_name: str, master: str | None) -> SparkSession:
+    """`local[2,4]` unless a master is given or the job runs under spark-submit."""
+    if master or os.environ.get("SPARK_HOME") or os.environ.get("SPARK_ENV_LOADED"):
+        builder = SparkSession.builder.appName(app_name)
+        return register((builder.master(master) if master else builder).getOrCreate())
+    return local_session(app_name=app_name)
+
+
+def source(spark: SparkSession, bootstrap: str, topic: str, per_trigger: int | None):
+    reader = (
+        spark.readStream.format("onceflow")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
+    if per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(per_trigger))
+    return reader.load()
+
+
+def run_until(query, until_caught_up: bool) -> None:
+    if until_caught_up:
+        query.processAllAvailable()
+        query.stop()
+    else:
+        query.awaitTermination()
