@@ -116,6 +116,15 @@ class Partition:
         self._record_completion(completed)
         self._snapshot_on_roll()
 
+    def apply_retention(self) -> int:
+        """Delete segments past retention (never above the high watermark) with their aborted
+        transactions, and forget producers idle past producer.id.expiration.ms."""
+        deleted = self.log.delete_expired_segments(high_watermark=self.high_watermark)
+        if deleted:
+            self.aborted.delete_before(self.log.log_start_offset)
+        self.producers.remove_expired()
+        return deleted
+
     def notify(self) -> None:
         for listener in list(self.listeners):
             listener()

@@ -113,12 +113,14 @@ class Broker:
             self._connections.discard(task)
 
     async def _retention_loop(self) -> None:
+        """log.retention.check.interval.ms: delete expired segments, forget idle producers
+        (producer.id.expiration.ms) and expired group offsets (offsets.retention.minutes)."""
         interval = self.config.log_retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             for topic in self.topics:
                 for partition in topic.partitions:
-                    deleted = partition.log.delete_expired_segments()
+                    deleted = partition.apply_retention()
                     if deleted:
                         log.info(
                             "retention deleted %d segment(s) of %s-%d",
@@ -126,6 +128,9 @@ class Broker:
                             topic.name,
                             partition.index,
                         )
+            expired = self.groups.cleanup_expired_offsets()
+            if expired.records:
+                await self.write_offsets_records(expired.records, None)
 
     async def _group_timer_loop(self) -> None:
         while True:
