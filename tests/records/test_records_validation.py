@@ -69,12 +69,13 @@ def _patch(data: bytes, fmt: str, offset: int, value: int) -> bytes:
     ("data", "error"),
     [
         (b"", InvalidRecordError),
-        (_v1_message_set(), UnsupportedMagicError),
-        (_v1_message_set()[:20], UnsupportedMagicError),
-        (idempotent()[:16] + b"\x00" + idempotent()[17:], UnsupportedMagicError),
-        (idempotent()[:-1], CorruptRecordError),
+        (_v1_message_set(), InvalidRecordError),
+        (_v1_message_set()[:20], InvalidRecordError),
+        (idempotent()[:16] + b"\x00" + idempotent()[17:], InvalidRecordError),
+        # no complete batch: Kafka's "must have at least one record batch" (INVALID_RECORD)
+        (idempotent()[:-1], InvalidRecordError),
         (idempotent() + b"\x00" * 5, CorruptRecordError),  # trailing bytes
-        (b"\x00" * 10, CorruptRecordError),
+        (b"\x00" * 10, InvalidRecordError),
         (_patch(idempotent(), ">q", 0, 5), InvalidRecordError),  # base offset not 0
         (idempotent()[:30] + b"\xff" + idempotent()[31:], CorruptRecordError),  # CRC
         (_patch(idempotent(), ">h", 21, 5), UnsupportedCompressionError),

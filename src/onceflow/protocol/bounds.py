@@ -3,8 +3,9 @@
 kio's native reader reserves room for an array from its declared count before it reads a single
 element: a 40-byte request that announces 2**34 elements makes the allocator abort the whole
 broker process, which no `except` can catch. So the body is first walked here, following the
-same kio schema, and any count or length that runs past the end of the frame is a
-MalformedRequestError (the connection is closed, as Kafka closes it).
+same kio schema, and any count or length that runs past the end of the frame, or a null where
+the schema has a non-nullable array (kio would hand the handler None), is a MalformedRequestError:
+the connection is closed, as Kafka closes it on a request it cannot parse.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def _nullable_entity(inner: Step) -> Step:
     def step(buf: bytes, pos: int, end: int) -> int:
         if pos >= end:
             raise _past_end("a struct")
-        return pos + 1 if buf[pos] == 0xFF else inner(buf, pos + 1, end)
+        return pos + 1 if buf[pos] & 0x80 else inner(buf, pos + 1, end)  # a negative marker is null
 
     return step
 

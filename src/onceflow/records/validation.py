@@ -3,9 +3,9 @@
 Follows Kafka's batch-level rules for client appends (ProduceRequest.validateRecords,
 UnifiedLog.analyzeAndValidateRecords, LogValidator.validateBatch), in Kafka's order:
 
-1. at least one batch; magic 2 only (v0/v1: UnsupportedMagicError); exactly one batch per
-   partition, as Produce v3+ requires (opt out with `single_batch=False`);
-2. framing: header complete, batch length within the data, no trailing bytes (CorruptRecordError);
+1. at least one complete batch; magic 2 only; exactly one batch per partition, as Produce v3+
+   requires (opt out with `single_batch=False`) (InvalidRecordError, as Kafka answers these);
+2. framing: a sane batch length, no trailing bytes (CorruptRecordError);
 3. base offset 0, as clients send it (InvalidRecordError);
 4. batch size within `max_batch_size` when given (RecordTooLargeError);
 5. CRC-32C (CorruptRecordError);
@@ -26,18 +26,27 @@ configuration and are the caller's.
 
 from __future__ import annotations
 
-from onceflow.records.batch import NO_PRODUCER_ID, BatchHeader, check_batch, compute_crc
+from onceflow.records.batch import (
+    MAGIC_OFFSET,
+    NO_PRODUCER_ID,
+    BatchHeader,
+    batch_size_at,
+    check_batch,
+    compute_crc,
+)
 from onceflow.records.compression import CompressionType
 from onceflow.records.errors import (
     CorruptRecordError,
     InvalidRecordError,
     RecordTooLargeError,
     UnsupportedCompressionError,
+    UnsupportedMagicError,
 )
 from onceflow.records.record import decode_batch
 
 # Produce v7 is the first that may carry zstd (KIP-110)
 ZSTD_MIN_PRODUCE_VERSION = 7
+MIN_BATCH_OVERHEAD = 14  # Kafka's LOG_OVERHEAD + the smallest record: below it is corrupt
 _MAX_CODEC = max(CompressionType)
 
 
@@ -59,7 +68,19 @@ def validate_produce(
     result: list[tuple[int, BatchHeader]] = []
     pos = 0
     while pos < end:
-        header = check_batch(data, pos, verify_crc=False)
+        remaining = end - pos
+        # As Kafka's batch reader: too few bytes for a header, or a batch longer than what is
+        # there, is no batch at all ("must have at least one record batch": INVALID_RECORD).
+        if not result and (
+            remaining < MAGIC_OFFSET + 1
+            or MIN_BATCH_OVERHEAD <= batch_size_at(data, pos) > remaining
+        ):
+            raise InvalidRecordError("the records hold no complete record batch")
+        try:
+            header = check_batch(data, pos, verify_crc=False)
+        except UnsupportedMagicError as e:
+            # Kafka's ProduceRequest (v3+) answers INVALID_RECORD for v0/v1 message sets.
+            raise InvalidRecordError(f"{e}: only RecordBatch v2 (magic 2) is accepted") from None
         if single_batch and result:
             raise InvalidRecordError("produce requests may carry exactly one batch per partition")
         _check_header(data, pos, header, max_batch_size, produce_version)

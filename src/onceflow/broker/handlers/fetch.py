@@ -36,6 +36,8 @@ class _Wanted:
 def _resolve(broker: Broker, req: Any, by_id: bool) -> list[list[_Wanted]]:
     out = []
     for topic in req.topics:
+        if not topic.partitions:
+            continue  # nothing asked: Kafka leaves such topics out of the answer
         key = topic.topic_id if by_id else topic.topic
         found = broker.topics.by_id(key) if by_id else broker.topics.get(key)
         error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition

@@ -1,0 +1,420 @@
+"""kafka-python against the broker: admin, produce with every codec, consume, groups."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import cramjam
+import kafka.codec
+import kafka.record.default_records
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+from kafka.errors import CommitFailedError
+from kafka.structs import OffsetAndMetadata
+
+from onceflow.records.batch import BatchHeader, iter_batches
+from onceflow.records.compression import CompressionType
+from tests.broker.test_confluent_client import consume_all
+from tests.broker.test_hostile_input import WireClient, api_versions
+
+INIT_PRODUCER_ID = 22
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    poll: Callable[[], object],
+    timeout: float = 30,
+    state: Callable[[], object] = lambda: "",
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"condition not met before the deadline {state()}"
+        poll()
+
+
+@pytest.fixture
+def admin(bootstrap: str) -> Iterator[KafkaAdminClient]:
+    client = KafkaAdminClient(bootstrap_servers=bootstrap)
+    yield client
+    client.close()
+
+
+def create(admin: KafkaAdminClient, topic: str, partitions: int) -> None:
+    admin.create_topics([NewTopic(topic, partitions, 1)])
+
+
+def consumer(bootstrap: str, **conf: Any) -> KafkaConsumer:
+    return KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=200,
+        **conf,
+    )
+
+
+def subscribe(c: KafkaConsumer, topic: str) -> None:
+    """Subscribe once the topic's metadata is known. kafka-python 3.0 otherwise races: a first
+    join without the metadata assigns nothing, and the rejoin's assignment is never applied (seen
+    with group.initial.rebalance.delay.ms=0; Kafka's default 3 s delay hides it)."""
+    assert c.partitions_for_topic(topic)
+    c.subscribe([topic])
+
+
+def produce(
+    bootstrap: str, topic: str, partitions: int, count: int, **conf: Any
+) -> dict[int, list[bytes]]:
+    """Send `count` records round-robin over the partitions; what each partition must hold."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=-1, **conf)
+    sent: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    futures = []
+    for i in range(count):
+        value = b"value-%05d-" % i * 5
+        futures.append(
+            (
+                i % partitions,
+                producer.send(topic, value=value, key=b"%d" % i, partition=i % partitions),
+            )
+        )
+        sent[i % partitions].append(value)
+    producer.flush(30)
+    offsets: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    for partition, future in futures:
+        metadata = future.get(timeout=10)
+        assert metadata.partition == partition
+        offsets[partition].append(metadata.offset)
+    producer.close()
+    # Contiguous per partition, in the order sent.
+    assert all(offs == list(range(offs[0], offs[0] + len(offs))) for offs in offsets.values())
+    return sent
+
+
+def read_assigned(
+    bootstrap: str, topic: str, partitions: int, total: int
+) -> dict[int, list[bytes]]:
+    """Every record, by assignment (no group), in offset order per partition."""
+    c = consumer(bootstrap)
+    c.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+    wait_for(
+        lambda: sum(map(len, got.values())) >= total,
+        lambda: [
+            got[tp.partition].extend((m.offset, m.value) for m in ms)
+            for tp, ms in c.poll(200).items()
+        ],
+    )
+    c.close()
+    for records in got.values():
+        assert [o for o, _ in records] == list(range(len(records)))
+    return {p: [v for _, v in records] for p, records in got.items()}
+
+
+def stored_batches(bootstrap: str, topic: str, partitions: int) -> list[BatchHeader]:
+    """The headers of the batches as the broker stores them, fetched raw."""
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+
+    wanted = FetchTopic(
+        topic=topic,
+        partitions=tuple(
+            FetchPartition(
+                partition=p,
+                current_leader_epoch=-1,
+                fetch_offset=0,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=1 << 24,
+            )
+            for p in range(partitions)
+        ),
+    )
+    client = WireClient(bootstrap)
+    response = client.call(
+        FetchRequest(
+            cluster_id=None,
+            replica_id=-1,
+            max_wait=datetime.timedelta(0),
+            min_bytes=0,
+            max_bytes=1 << 26,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=(wanted,),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+    )
+    client.close()
+    return [
+        header
+        for topic_response in response.responses
+        for part in topic_response.partitions
+        for _, header in iter_batches(part.records or b"")
+    ]
+
+
+def stored_codecs(bootstrap: str, topic: str, partitions: int) -> set[str]:
+    headers = stored_batches(bootstrap, topic, partitions)
+    return {CompressionType(h.compression).name.lower() for h in headers}
+
+
+def assert_idempotent(bootstrap: str, topic: str, partitions: int) -> None:
+    """Every stored batch carries a producer id and sequences, as an idempotent producer sends."""
+    headers = stored_batches(bootstrap, topic, partitions)
+    assert headers
+    assert all(h.producer_id >= 0 and h.base_sequence >= 0 for h in headers)
+
+
+# -- admin ----------------------------------------------------------------------------------------
+
+
+def test_admin_create_list_describe_delete(admin: KafkaAdminClient, topic_name: str) -> None:
+    admin.create_topics([NewTopic(topic_name, 3, 1, topic_configs={"retention.ms": "3600000"})])
+    assert topic_name in admin.list_topics()
+    [described] = admin.describe_topics([topic_name])
+    assert len(described["partitions"]) == 3
+    configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name)])
+    assert "3600000" in repr(configs)
+    admin.delete_topics([topic_name])
+    wait_for(lambda: topic_name not in admin.list_topics(), lambda: time.sleep(0.05), 10)
+
+
+# -- produce with each codec ----------------------------------------------------------------------
+
+
+class _CramjamSnappy:
+    """The two functions kafka-python takes from python-snappy (xerial framing is its own)."""
+
+    @staticmethod
+    def compress(data: bytes) -> bytes:
+        return bytes(cramjam.snappy.compress_raw(data))
+
+    @staticmethod
+    def decompress(data: bytes) -> bytes:
+        return bytes(cramjam.snappy.decompress_raw(data))
+
+
+def _use_cramjam(monkeypatch: pytest.MonkeyPatch, codec: str) -> None:
+    """Back a missing kafka-python codec package with cramjam (which aiokafka uses itself)."""
+    records = kafka.record.default_records
+    if codec == "snappy":
+        monkeypatch.setattr(kafka.codec, "snappy", _CramjamSnappy)
+    elif codec == "lz4":
+        monkeypatch.setattr(kafka.codec, "lz4", cramjam.lz4)  # only tested for presence
+        monkeypatch.setattr(records, "lz4_encode", lambda data: bytes(cramjam.lz4.compress(data)))
+        monkeypatch.setattr(records, "lz4_decode", lambda data: bytes(cramjam.lz4.decompress(data)))
+    elif codec == "zstd":
+        monkeypatch.setattr(kafka.codec, "zstd", cramjam.zstd)  # only tested for presence
+        monkeypatch.setattr(records, "zstd_encode", lambda data: bytes(cramjam.zstd.compress(data)))
+        monkeypatch.setattr(
+            records, "zstd_decode", lambda data: bytes(cramjam.zstd.decompress(data))
+        )
+
+
+@pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
+def test_produce_and_consume_each_codec(
+    bootstrap: str,
+    admin: KafkaAdminClient,
+    topic_name: str,
+    codec: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if codec is not None and not getattr(kafka.codec, f"has_{codec}")():
+        _use_cramjam(monkeypatch, codec)
+    create(admin, topic_name, 3)
+    sent = produce(bootstrap, topic_name, 3, 600, compression_type=codec, enable_idempotence=False)
+    assert stored_codecs(bootstrap, topic_name, 3) == {codec or "none"}
+    assert read_assigned(bootstrap, topic_name, 3, 600) == sent
+    # librdkafka decodes the same batches with its own codecs: the framing is Kafka's.
+    by_partition: dict[int, list[bytes]] = {p: [] for p in range(3)}
+    for msg in consume_all(bootstrap, topic_name, 3):
+        by_partition[msg.partition()].append(msg.value())  # type: ignore[attr-defined]
+    assert by_partition == sent
+
+
+def test_default_idempotent_producer(
+    bootstrap: str, admin: KafkaAdminClient, topic_name: str
+) -> None:
+    if INIT_PRODUCER_ID not in api_versions(bootstrap):
+        pytest.skip(
+            "the broker does not advertise InitProducerId yet: kafka-python's default "
+            "(idempotent) producer needs it; the tests above set enable_idempotence=False"
+        )
+    create(admin, topic_name, 2)
+    sent = produce(bootstrap, topic_name, 2, 200)
+    assert_idempotent(bootstrap, topic_name, 2)
+    assert read_assigned(bootstrap, topic_name, 2, 200) == sent
+
+
+# -- groups ---------------------------------------------------------------------------------------
+
+
+def test_group_consume_commit_and_fetch_offsets(
+    bootstrap: str, admin: KafkaAdminClient, topic_name: str
+) -> None:
+    create(admin, topic_name, 2)
+    sent = produce(bootstrap, topic_name, 2, 100, enable_idempotence=False)
+    group = f"g-{topic_name}"
+    c = consumer(bootstrap, group_id=group)
+    subscribe(c, topic_name)
+    got: dict[int, list[bytes]] = {0: [], 1: []}
+    wait_for(
+        lambda: sum(map(len, got.values())) >= 100,
+        lambda: [got[tp.partition].extend(m.value for m in ms) for tp, ms in c.poll(200).items()],
+    )
+    assert got == sent
+    c.commit({TopicPartition(topic_name, 0): OffsetAndMetadata(30, "half way", -1)})
+    c.commit({TopicPartition(topic_name, 1): OffsetAndMetadata(50, "", -1)})
+    assert c.committed(TopicPartition(topic_name, 0)) == 30
+    assert c.committed(TopicPartition(topic_name, 1)) == 50
+    c.close()
+    offsets = admin.list_group_offsets(group)[group]
+    assert {tp.partition: o.offset for tp, o in offsets.items()} == {0: 30, 1: 50}
+    assert offsets[TopicPartition(topic_name, 0)].metadata == "half way"
+    # A new member of the group resumes from the committed offsets.
+    remaining = {0: sent[0][30:], 1: sent[1][50:]}
+    d = consumer(bootstrap, group_id=group)
+    subscribe(d, topic_name)
+    rest: dict[int, list[bytes]] = {0: [], 1: []}
+    wait_for(
+        lambda: sum(map(len, rest.values())) >= sum(map(len, remaining.values())),
+        lambda: [rest[tp.partition].extend(m.value for m in ms) for tp, ms in d.poll(200).items()],
+    )
+    d.close()
+    assert rest == remaining
+
+
+def _partitions(c: KafkaConsumer) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+class PolledConsumer:
+    """A group member polled by its own thread, as each application instance would be (a member
+    that stops polling holds up everyone's rebalance); commits after each batch it handles."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, pace: float = 0.02) -> None:
+        self.consumer = consumer(bootstrap, group_id=group, max_poll_records=10)
+        subscribe(self.consumer, topic)
+        self.pace = pace
+        self.partitions: set[int] = set()
+        self.delivered: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
+        self.commit_failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batches = self.consumer.poll(50)
+            for tp, msgs in batches.items():
+                self.delivered.extend((tp.partition, m.offset, m.value) for m in msgs)
+            if batches:
+                try:
+                    self.consumer.commit()
+                except CommitFailedError:
+                    self.commit_failures += 1  # a rebalance began: at-least-once redelivery
+                time.sleep(self.pace)  # a slow application, so that work spans the rebalance
+            self.partitions = _partitions(self.consumer)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.consumer.close()  # LeaveGroup
+
+
+def test_rebalance_when_a_consumer_joins_and_leaves(
+    bootstrap: str, admin: KafkaAdminClient, topic_name: str
+) -> None:
+    create(admin, topic_name, 4)
+    sent = produce(bootstrap, topic_name, 4, 400, enable_idempotence=False)
+    group = f"g-{topic_name}"
+    a = PolledConsumer(bootstrap, group, topic_name)
+    members = [a]
+
+    def covered() -> bool:
+        seen: dict[int, set[int]] = {p: set() for p in sent}
+        for c in members:
+            for partition, offset, _ in list(c.delivered):
+                seen[partition].add(offset)
+        return all(seen[p] == set(range(len(sent[p]))) for p in sent)
+
+    try:
+        wait_for(lambda: a.partitions == {0, 1, 2, 3}, lambda: time.sleep(0.02))
+        b = PolledConsumer(bootstrap, group, topic_name)
+        members.append(b)
+
+        def split() -> bool:
+            pa, pb = a.partitions, b.partitions
+            return bool(pa) and bool(pb) and pa | pb == {0, 1, 2, 3} and not pa & pb
+
+        try:
+            wait_for(split, lambda: time.sleep(0.02), state=lambda: (a.partitions, b.partitions))
+            wait_for(covered, lambda: time.sleep(0.02))
+        finally:
+            b.close()  # LeaveGroup: a takes everything back
+        wait_for(
+            lambda: a.partitions == {0, 1, 2, 3},
+            lambda: time.sleep(0.02),
+            state=lambda: a.partitions,
+        )
+        more = produce(bootstrap, topic_name, 4, 40, enable_idempotence=False)
+        for p, values in more.items():
+            sent[p].extend(values)
+        wait_for(covered, lambda: time.sleep(0.02))
+    finally:
+        a.close()
+    # Every record reached the group with its own value; exactly once unless a commit failed.
+    delivered = a.delivered + b.delivered
+    assert all(sent[p][offset] == value for p, offset, value in delivered)
+    if a.commit_failures + b.commit_failures == 0:
+        assert len(delivered) == sum(map(len, sent.values()))
+
+
+CHILD_CONSUMER = """
+import sys
+from kafka import KafkaConsumer
+c = KafkaConsumer(bootstrap_servers=sys.argv[1], group_id=sys.argv[2],
+                  session_timeout_ms=6000, heartbeat_interval_ms=200)
+assert c.partitions_for_topic(sys.argv[3])  # see subscribe() in the test module
+c.subscribe([sys.argv[3]])
+while not c.assignment():
+    c.poll(50)
+print("assigned", flush=True)
+while True:
+    c.poll(50)
+"""
+
+
+def test_a_killed_member_is_evicted_after_its_session_timeout(
+    bootstrap: str, admin: KafkaAdminClient, topic_name: str
+) -> None:
+    create(admin, topic_name, 2)
+    group = f"g-{topic_name}"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_CONSUMER, bootstrap, group, topic_name],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "assigned"
+        a = consumer(bootstrap, group_id=group)
+        subscribe(a, topic_name)
+        wait_for(lambda: len(_partitions(a)) == 1, lambda: a.poll(50))
+        child.kill()  # SIGKILL: no LeaveGroup, the heartbeats just stop
+        child.wait()
+        killed_at = time.monotonic()
+        wait_for(lambda: len(_partitions(a)) == 2, lambda: a.poll(50))
+        # Not before the session timeout: the broker waited for the missing heartbeats.
+        assert time.monotonic() - killed_at > 3
+        a.close()
+    finally:
+        child.kill()
+        child.wait()
