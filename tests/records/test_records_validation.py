@@ -16,7 +16,6 @@ from onceflow.records.errors import (
     RecordsError,
     RecordTooLargeError,
     UnsupportedCompressionError,
-    UnsupportedMagicError,
 )
 from onceflow.records.record import Record, decode_batch
 from onceflow.records.validation import validate_produce

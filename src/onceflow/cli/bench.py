@@ -22,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -37,6 +37,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import NewTopic
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -300,6 +301,7 @@ def parse_target(value: str) -> TargetSpec:
 # --- producing: one or more producer processes -------------------------------------------
 
 PRODUCER_WORKER = "producer-worker"
+PRODUCER_MODULE = "onceflow.cli.bench"
 PROGRESS_EVERY = 8192
 
 
@@ -312,6 +314,9 @@ class ProducerJob:
     records: int
     value_size: int
     settings: dict[str, Any]
+    # One record delivered before "ready", so an idempotent producer has its id before the
+    # clock runs (librdkafka may wait 500 ms to ask for it); the record is not counted.
+    warm_up: bool = False
 
 
 @dataclass
@@ -327,16 +332,23 @@ class ProducerReport:
 class ProducerProcess:
     """A producer in its own Python process, so the client is not the only bottleneck.
 
-    Runs `python -m onceflow.cli.bench producer-worker` and talks one line at a time:
-    the job (JSON) in, "ready" out once connected, "go" in, "progress N" out now and
-    then, and finally "report {...}" out. time.monotonic() is system-wide on Linux, so
-    the start and finish times of all producers can be compared.
+    Runs `python -m MODULE producer-worker` (MODULE is onceflow.cli.bench unless a
+    benchmark brings its own worker) and talks one line at a time: the job (JSON) in,
+    "ready" out once connected, "go" in, "progress N" out now and then, and finally
+    "report {...}" out, read as `report_type`. time.monotonic() is system-wide on Linux,
+    so the start and finish times of all producers can be compared.
     """
 
-    def __init__(self, job: ProducerJob) -> None:
+    def __init__(
+        self,
+        job: ProducerJob,
+        module: str = PRODUCER_MODULE,
+        report_type: type[ProducerReport] = ProducerReport,
+    ) -> None:
+        self._report_type = report_type
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "onceflow.cli.bench", PRODUCER_WORKER],
+            [sys.executable, "-m", module, PRODUCER_WORKER],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -360,7 +372,7 @@ class ProducerProcess:
             elif word == "progress":
                 self.delivered = int(rest)
             elif word == "report":
-                self.report = ProducerReport(**json.loads(rest))
+                self.report = self._report_type(**json.loads(rest))
                 self.delivered = self.report.delivered
 
     def go(self) -> None:
@@ -425,6 +437,8 @@ def _produce_records(job: ProducerJob, report: ProducerReport) -> None:
         client_config(job.bootstrap, errors, {**job.settings, "on_delivery": on_delivery})
     )
     producer.list_topics(job.topic, timeout=REQUEST_TIMEOUT_S)  # connect before the clock runs
+    if job.warm_up:
+        _warm_up(producer, job.topic, report)
     payload = os.urandom(job.value_size)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
@@ -448,6 +462,14 @@ def _produce_records(job: ProducerJob, report: ProducerReport) -> None:
         report.failed += pending
         report.first_error = report.first_error or f"{pending} records still pending at the end"
     errors.raise_if_fatal()
+
+
+def _warm_up(producer: Producer, topic: str, report: ProducerReport) -> None:
+    producer.produce(topic, b"")
+    pending = drain(producer, STALL_TIMEOUT_S)
+    if pending or report.failed:
+        raise BenchError(f"the warm-up record was not delivered: {report.first_error or 'timeout'}")
+    report.delivered = 0
 
 
 # --- results --------------------------------------------------------------------------------
@@ -514,6 +536,17 @@ class BenchSettings:
 # --- the run ----------------------------------------------------------------------------------
 
 
+def bench_progress() -> Progress:
+    """Progress bars on stderr (records done of the total, elapsed time), off stdout's tables."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr_console(),
+    )
+
+
 class BenchRun:
     """Measures targets one at a time, showing progress on stderr."""
 
@@ -541,22 +574,10 @@ class BenchRun:
                     measurement.error = measurement.error or text
         self.measurements.extend(pending)
 
-    @contextmanager
     def _target(
         self, spec: TargetSpec, purpose: str = "throughput"
-    ) -> Iterator[tuple[str, BrokerProcess | None]]:
-        if spec.launch is None:
-            assert spec.bootstrap is not None
-            yield spec.bootstrap, None
-            return
-        with tempfile.TemporaryDirectory(prefix="onceflow-bench-") as workdir:
-            self.progress.console.print(f"Starting broker {spec.name} ({purpose}) ...")
-            broker, bootstrap = spec.launch(spec.name, Path(workdir))
-            try:
-                broker.wait_ready()
-                yield bootstrap, broker
-            finally:
-                broker.stop()
+    ) -> AbstractContextManager[tuple[str, BrokerProcess | None]]:
+        return target_broker(spec, self.progress.console, purpose)
 
     def _measure_sizes(
         self, bootstrap: str, broker: BrokerProcess | None, pending: list[Measurement]
@@ -591,83 +612,18 @@ class BenchRun:
     def _produce(self, bootstrap: str, topic: str, size: int, label: str) -> Phase:
         total = self.settings.records[size]
         task = self.progress.add_task(f"{label} produce", total=total)
-        workers: list[ProducerProcess] = []
-        try:
-            for share in _split(total, self.settings.producers):
-                job = ProducerJob(bootstrap, topic, share, size, self.settings.producer_settings)
-                workers.append(ProducerProcess(job))
-            _wait_all_ready(workers)
-            for worker in workers:
-                worker.go()
-            self._await_producers(workers, task)
-        finally:
-            for worker in workers:
-                worker.stop()
-        reports = [worker.report for worker in workers if worker.report is not None]
-        delivered = sum(report.delivered for report in reports)
-        if delivered != total:
-            first = next((r.first_error for r in reports if r.first_error), "unknown")
-            raise BenchError(f"{total - delivered} of {total} records were not delivered: {first}")
-        seconds = max(r.finished for r in reports) - min(r.started for r in reports)
-        return Phase(delivered, delivered * size, seconds)
-
-    def _await_producers(self, workers: list[ProducerProcess], task: TaskID) -> None:
-        last_progress, last_change = -1, time.monotonic()
-        while True:
-            finished = all(worker.finished() for worker in workers)
-            failures = [failure for worker in workers if (failure := worker.failure())]
-            if failures:
-                raise BenchError(f"a producer failed: {failures[0]}")
-            done = sum(worker.delivered for worker in workers)
-            self.progress.update(task, completed=done)
-            if finished:
-                return
-            if done != last_progress:
-                last_progress, last_change = done, time.monotonic()
-            elif time.monotonic() - last_change > STALL_TIMEOUT_S:
-                raise BenchError(f"producing stalled at {done} records")
-            time.sleep(0.1)
+        jobs = [
+            ProducerJob(bootstrap, topic, share, size, self.settings.producer_settings)
+            for share in _split(total, self.settings.producers)
+        ]
+        reports = run_producer_processes(jobs, self.progress, task)
+        return delivered_phase(reports, total, size)
 
     def _consume(self, bootstrap: str, topic: str, expected: int, label: str) -> Phase:
         task = self.progress.add_task(f"{label} consume", total=expected)
-        errors = ClientErrors()
-        config = client_config(
-            bootstrap,
-            errors,
-            {
-                "group.id": f"onceflow-bench-{secrets.token_hex(4)}",
-                **self.settings.consumer_settings,
-            },
+        return consume_topic(
+            bootstrap, topic, expected, self.settings.consumer_settings, self.progress, task
         )
-        consumer = Consumer(config)
-        try:
-            metadata = consumer.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
-            partitions = sorted(metadata.topics[topic].partitions)
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-            records = value_bytes = 0
-            started = last_change = time.monotonic()
-            while records < expected:
-                batch = consumer.consume(num_messages=CONSUME_BATCH, timeout=0.5)
-                for message in batch:
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            continue
-                        raise BenchError(f"consume failed: {kafka_error_text(error)}")
-                    records += 1
-                    value_bytes += len(message)  # the value's length
-                if batch:
-                    last_change = time.monotonic()
-                    self.progress.update(task, completed=records)
-                elif time.monotonic() - last_change > STALL_TIMEOUT_S:
-                    raise BenchError(f"consuming stalled at {records} of {expected} records")
-                errors.raise_if_fatal()
-            seconds = time.monotonic() - started
-        finally:
-            consumer.close()
-        if records != expected:
-            raise BenchError(f"consumed {records} records, {expected} were produced")
-        return Phase(records, value_bytes, seconds)
 
     def _measure_idle(self, spec: TargetSpec) -> IdleMeasurement:
         """RSS of a fresh broker, empty and then holding idle partitions."""
@@ -683,10 +639,144 @@ class BenchRun:
         return IdleMeasurement(spec.name, count, empty, idle)
 
 
+@contextmanager
+def target_broker(
+    spec: TargetSpec, console: Console, purpose: str = "throughput"
+) -> Iterator[tuple[str, BrokerProcess | None]]:
+    """The target's address, and its broker process if the benchmark starts it (then stops it)."""
+    if spec.launch is None:
+        assert spec.bootstrap is not None
+        yield spec.bootstrap, None
+        return
+    with tempfile.TemporaryDirectory(prefix="onceflow-bench-") as workdir:
+        console.print(f"Starting broker {spec.name} ({purpose}) ...")
+        broker, bootstrap = spec.launch(spec.name, Path(workdir))
+        try:
+            broker.wait_ready()
+            yield bootstrap, broker
+        finally:
+            broker.stop()
+
+
 def _settled_rss(broker: BrokerProcess) -> int | None:
     # A benchmark figure, not a test: give the broker a moment to finish allocating.
     time.sleep(IDLE_SETTLE_S)
     return broker.rss()
+
+
+def run_producer_processes(
+    jobs: list[ProducerJob],
+    progress: Progress,
+    task: TaskID,
+    module: str = PRODUCER_MODULE,
+    report_type: type[ProducerReport] = ProducerReport,
+) -> list[ProducerReport]:
+    """Run one producer process per job, started together once all are connected.
+
+    Progress (delivered records) goes to `task`; a producer that fails, or no progress for
+    STALL_TIMEOUT_S, is a BenchError. Returns the reports of the producers that sent one.
+    """
+    workers: list[ProducerProcess] = []
+    try:
+        for job in jobs:
+            workers.append(ProducerProcess(job, module, report_type))
+        _wait_all_ready(workers)
+        for worker in workers:
+            worker.go()
+        _await_producers(workers, progress, task)
+    finally:
+        for worker in workers:
+            worker.stop()
+    return [worker.report for worker in workers if worker.report is not None]
+
+
+def delivered_phase(reports: list[ProducerReport], total: int, size: int) -> Phase:
+    """The produce figures of a run, or BenchError unless every record was delivered."""
+    delivered = sum(report.delivered for report in reports)
+    if delivered != total:
+        first = next((r.first_error for r in reports if r.first_error), "unknown")
+        raise BenchError(f"{total - delivered} of {total} records were not delivered: {first}")
+    seconds = max(r.finished for r in reports) - min(r.started for r in reports)
+    return Phase(delivered, delivered * size, seconds)
+
+
+def _await_producers(workers: list[ProducerProcess], progress: Progress, task: TaskID) -> None:
+    last_progress, last_change = -1, time.monotonic()
+    while True:
+        finished = all(worker.finished() for worker in workers)
+        failures = [failure for worker in workers if (failure := worker.failure())]
+        if failures:
+            raise BenchError(f"a producer failed: {failures[0]}")
+        done = sum(worker.delivered for worker in workers)
+        progress.update(task, completed=done)
+        if finished:
+            return
+        if done != last_progress:
+            last_progress, last_change = done, time.monotonic()
+        elif time.monotonic() - last_change > STALL_TIMEOUT_S:
+            raise BenchError(f"producing stalled at {done} records")
+        time.sleep(0.1)
+
+
+def consume_topic(
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    settings: dict[str, Any],
+    progress: Progress,
+    task: TaskID,
+    until_end: bool = False,
+) -> Phase:
+    """Read a whole topic with one Consumer; the clock runs until the expected-th record.
+
+    With until_end, the consumer then reads on to the end of every partition (untimed) and
+    a record beyond `expected` is a BenchError: that is how a read_committed run shows that
+    no aborted record got through.
+    """
+    errors = ClientErrors()
+    overrides = {"group.id": f"onceflow-bench-{secrets.token_hex(4)}", **settings}
+    if until_end:
+        overrides["enable.partition.eof"] = True
+    consumer = Consumer(client_config(bootstrap, errors, overrides))
+    try:
+        metadata = consumer.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
+        partitions = sorted(metadata.topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        at_end: set[int] = set()
+        records = value_bytes = 0
+        started = last_change = time.monotonic()
+        seconds: float | None = None
+        while seconds is None or (until_end and len(at_end) < len(partitions)):
+            # consume() waits until it has num_messages or the timeout: ask for no more than
+            # is left, or the last batch waits out the timeout on the clock.
+            wanted = expected - records if seconds is None else len(partitions) - len(at_end)
+            batch = consumer.consume(num_messages=max(1, min(CONSUME_BATCH, wanted)), timeout=0.5)
+            for message in batch:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(message.partition())
+                        continue
+                    raise BenchError(f"consume failed: {kafka_error_text(error)}")
+                at_end.discard(message.partition())
+                records += 1
+                value_bytes += len(message)  # the value's length
+            if seconds is None and records >= expected:
+                seconds = time.monotonic() - started
+            if batch:
+                last_change = time.monotonic()
+                progress.update(task, completed=min(records, expected))
+            elif time.monotonic() - last_change > STALL_TIMEOUT_S:
+                if seconds is None:
+                    raise BenchError(f"consuming stalled at {records} of {expected} records")
+                raise BenchError(f"no end of partition seen after {records} records")
+            errors.raise_if_fatal()
+    finally:
+        consumer.close()
+    if records != expected:
+        raise BenchError(f"consumed {records} records, {expected} were produced")
+    assert seconds is not None  # the loop ends only once the clock stopped
+    return Phase(records, value_bytes, seconds)
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -938,13 +1028,7 @@ def bench_command(
         raise UsageError(f"--baseline '{baseline}' is not a target: {', '.join(names)}.")
     baseline = baseline or names[0]
 
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr_console(),
-    )
+    progress = bench_progress()
     run = BenchRun(settings, progress)
     with progress:
         for spec in specs:
