@@ -63,8 +63,14 @@ class Transactions:
 
     # -- running coordinator results --------------------------------------------------------
 
-    async def run(self, result: CoordinatorResult[T]) -> T:
-        """Make the result's records durable, replay them, then start its markers."""
+    async def run(self, result: CoordinatorResult[T], *, await_markers: bool = False) -> T:
+        """Make the result's records durable, replay them, then start its markers.
+
+        EndTxn awaits its markers (and Complete*) before answering: on one node they cost
+        two fsync rounds, and a client's next transaction then never meets the
+        CONCURRENT_TRANSACTIONS that Kafka answers while markers are in flight. The outcome
+        a client sees is the same: once PrepareCommit is durable the commit happens.
+        """
         if result.records:
             self.log.append(result.records)
             # If the fsync fails the outcome is unknown: the transition stays pending (the id
@@ -74,13 +80,17 @@ class Transactions:
                 self.coordinator.replay(key, value)
         if result.markers is not None:
             crash_point("txn.after-decision")
-            self._spawn_markers(result.markers)
+            task = self._spawn_markers(result.markers)
+            if await_markers:
+                # shield: a client that goes away must not cancel the markers
+                await asyncio.wait([task])
         return result.response
 
-    def _spawn_markers(self, job: MarkerJob) -> None:
+    def _spawn_markers(self, job: MarkerJob) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self._write_markers(job))
         self._marker_tasks.add(task)
         task.add_done_callback(self._marker_done)
+        return task
 
     def _marker_done(self, task: asyncio.Task[None]) -> None:
         self._marker_tasks.discard(task)

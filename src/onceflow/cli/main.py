@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from onceflow.cli.bench import bench_command
+from onceflow.cli.bench_eos import bench_eos_command
 from onceflow.cli.broker import broker_command
 from onceflow.cli.console import consume_command, produce_command
 from onceflow.cli.demo import demo_command
@@ -29,6 +30,7 @@ app.command("consume")(consume_command)
 app.add_typer(groups_app, name="groups")
 app.add_typer(transactions_app, name="transactions")
 app.command("bench")(bench_command)
+app.command("bench-eos")(bench_eos_command)
 app.command("demo")(demo_command)
 app.command(
     "run",

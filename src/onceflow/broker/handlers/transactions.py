@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
 
 ZERO = datetime.timedelta(0)
+END_TXN = 26
 
 
 def _ms(delta: datetime.timedelta) -> int:
@@ -122,7 +123,7 @@ def handle_end_txn(broker: Broker, request: Request) -> Any:
 
 
 async def _simple_later(broker: Broker, request: Request, api_key: int, result: Any) -> Any:
-    error = await broker.transactions.run(result)
+    error = await broker.transactions.run(result, await_markers=api_key == END_TXN)
     return build(
         response_type(api_key, request.api_version),
         throttle_time=ZERO,
