@@ -71,7 +71,11 @@ class Appended:
 
 
 def append_to_partition(
-    broker: Broker, partition: Partition, records: bytes, transactional_id: str | None
+    broker: Broker,
+    partition: Partition,
+    records: bytes,
+    transactional_id: str | None,
+    produce_version: int = 0,
 ) -> Appended:
     """Validate, run the idempotence/transaction checks, append; raises ProduceError."""
     try:
@@ -100,7 +104,20 @@ def append_to_partition(
         try:
             duplicate = partition.producers.check_append(header, transaction_verified=verified)
         except TxnError as e:
-            raise ProduceError(e.error_code, str(e)) from None
+            code = e.error_code
+            if not verified and code == ErrorCode.invalid_txn_state and transactional_id:
+                # Answer the coordinator's verdict as Kafka maps it for Produce: a fenced
+                # producer expects INVALID_PRODUCER_EPOCH, a completing transaction a retry.
+                verdict = broker.transactions.coordinator.is_in_transaction(
+                    transactional_id,
+                    header.producer_id,
+                    header.producer_epoch,
+                    partition.topic,
+                    partition.index,
+                    produce_version=produce_version,
+                )
+                code = verdict if verdict != ErrorCode.none else code
+            raise ProduceError(code, str(e)) from None
         if duplicate is not None:
             return Appended(duplicate.first_offset, -1, partition.log.log_start_offset)
     info = partition.log.append(records, headers)
@@ -135,7 +152,7 @@ def handle_produce(broker: Broker, request: Request) -> Any:
             else:
                 try:
                     result = append_to_partition(
-                        broker, partition, pdata.records, req.transactional_id
+                        broker, partition, pdata.records, req.transactional_id, request.api_version
                     )
                 except ProduceError as e:
                     error, message = e.code, str(e)
