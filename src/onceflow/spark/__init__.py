@@ -16,16 +16,13 @@ import sys
 from pyspark.sql import SparkSession
 
 from onceflow.spark.foreach_batch import exactly_once_writer
+from onceflow.spark.source import FORMAT, OnceflowDataSource
 
-__all__ = ["FORMAT", "exactly_once_writer", "local_session", "register"]
-
-FORMAT = "onceflow"
+__all__ = ["FORMAT", "OnceflowDataSource", "exactly_once_writer", "local_session", "register"]
 
 
 def register(spark: SparkSession) -> SparkSession:
     """Register the `onceflow` format (source and sinks) with a session; returns it."""
-    from onceflow.spark.source import OnceflowDataSource
-
     spark.dataSource.register(OnceflowDataSource)
     return spark
 
@@ -55,7 +52,6 @@ def local_session(
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 2 * cores))
-        .config("spark.sql.streaming.stateStore.stateSchemaCheck", "true")
         .config("spark.python.worker.reuse", "true")
     )
     for key, value in (conf or {}).items():

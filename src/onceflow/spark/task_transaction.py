@@ -1,0 +1,253 @@
+"""One write task = one Kafka transaction, with its done-mark inside.
+
+transactional.id = f"{prefix}-{partition}": each attempt of a task calls `init_transactions()`,
+which bumps the producer epoch, fences every earlier attempt and aborts (or completes) what it
+left open. Only then is the done-mark read, so it is stable.
+
+The done-mark is a position, not a flag. Spark may end a task's input early without telling
+the writer: when an operator upstream of the sink fails in the same task, the writer sees a
+clean end of input, and commits the rows it got. So the mark records how far into its input
+the task has committed: (batch id, rows) as the transactional consumer-group offset
+`batch_id << 32 | rows`, committed with `send_offsets_to_transaction` for group
+`onceflow-sink.{prefix}.{partition}` on partition 0 of the output topic (a partition that surely
+exists: Apache Kafka refuses offsets of unknown partitions). It becomes visible exactly when
+the rows do. The next attempt, or a re-run of the batch, skips the rows already committed and
+writes the rest: nothing twice, nothing lost, provided each task sees its rows in the same order
+on every attempt (true for the onceflow source and row-wise transformations; sort within
+partitions after a shuffle).
+
+Marks are read with a read_committed consumer: its OffsetFetch requires stable offsets, so it
+waits out a transaction that is still completing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from onceflow.spark.mark_readers import discard, mark_reader
+from onceflow.spark.sink_columns import produce_batch
+from onceflow.spark.sink_target import SinkTarget, TaskOutcome
+
+log = logging.getLogger(__name__)
+
+_FENCED = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+_POSITION_BITS = 32
+_POSITION_MASK = (1 << _POSITION_BITS) - 1
+
+
+class TaskFencedError(RuntimeError):
+    """A newer attempt of the same (prefix, partition) took over: this one must stop."""
+
+
+class DoneMarkError(RuntimeError):
+    """The done-mark of a task could not be read, or cannot hold the task's position."""
+
+
+@dataclass(frozen=True)
+class DoneMark:
+    """The first `rows` rows of batch `batch_id` of this task are committed."""
+
+    batch_id: int
+    rows: int
+
+    def to_offset(self) -> int:
+        if not 0 <= self.rows <= _POSITION_MASK:
+            raise DoneMarkError(f"a task of {self.rows} rows is beyond what a mark can hold")
+        return (self.batch_id << _POSITION_BITS) | self.rows
+
+    @classmethod
+    def from_offset(cls, offset: int) -> DoneMark | None:
+        """None for "no mark" (a negative, logical offset)."""
+        if offset < 0:
+            return None
+        return cls(offset >> _POSITION_BITS, offset & _POSITION_MASK)
+
+    def rows_done(self, batch_id: int) -> int | None:
+        """Rows of `batch_id` to skip: 0 for a new batch, None for all (a later batch is done)."""
+        if self.batch_id > batch_id:
+            return None
+        return self.rows if self.batch_id == batch_id else 0
+
+
+def transactional_id(prefix: str, partition: int) -> str:
+    return f"{prefix}-{partition}"
+
+
+def done_mark_group(prefix: str, partition: int) -> str:
+    return f"onceflow-sink.{prefix}.{partition}"
+
+
+def _fenced(exc: KafkaException) -> bool:
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and error.code() in _FENCED
+
+
+class TaskTransaction:
+    """The steps of one exactly-once write task; `write_exactly_once` runs them in order.
+
+    open() fences and reads the mark; produce() opens the transaction on first use; commit()
+    adds the mark and commits. Tests drive the steps of two attempts by hand to interleave them.
+    """
+
+    def __init__(
+        self, target: SinkTarget, prefix: str, partition: int, batch_id: int, mark_topic: str
+    ) -> None:
+        self.target = target
+        self.partition = partition
+        self.batch_id = batch_id
+        self.mark_topic = mark_topic
+        self.transactional_id = transactional_id(prefix, partition)
+        self.group = done_mark_group(prefix, partition)
+        self.rows = 0
+        self._producer: Producer | None = None
+        self._marks: Consumer | None = None
+        self._open = False
+
+    def open(self) -> DoneMark | None:
+        """Fence earlier attempts of this task, then read its done-mark (stable from now on)."""
+        timeout = self.target.timeout_s
+        self._producer = Producer(
+            self.target.producer_config(
+                **{
+                    "transactional.id": self.transactional_id,
+                    "transaction.timeout.ms": int(timeout * 1000),
+                    # delivery failures surface in commit_transaction(); skip per-record reports
+                    "delivery.report.only.error": True,
+                }
+            )
+        )
+        # Metadata twice: the second answer comes from a broker the cluster advertises (not the
+        # bootstrap address), so init_transactions() finds a connection up instead of waiting
+        # out librdkafka's 500 ms retry timer.
+        for _ in range(2):
+            self._producer.list_topics(self.mark_topic, timeout=timeout)
+        try:
+            self._producer.init_transactions(timeout)
+        except KafkaException as exc:
+            if _fenced(exc):
+                raise TaskFencedError(f"{self.transactional_id}: fenced during init") from exc
+            raise
+        return self.read_mark()
+
+    def read_mark(self) -> DoneMark | None:
+        config = self.target.consumer_config(
+            **{"group.id": self.group, "isolation.level": "read_committed"}
+        )
+        self._marks = mark_reader(config)
+        try:
+            (committed,) = self._marks.committed(
+                [TopicPartition(self.mark_topic, 0)], timeout=self.target.timeout_s
+            )
+        except KafkaException:
+            discard(config)
+            raise
+        if committed.error is not None:
+            discard(config)
+            raise DoneMarkError(f"{self.group}: {committed.error}")
+        return DoneMark.from_offset(committed.offset)
+
+    def produce(self, batch: pa.RecordBatch) -> int:
+        assert self._producer is not None, "open() first"
+        if not self._open:
+            self._producer.begin_transaction()
+            self._open = True
+        n = produce_batch(self._producer, batch, self.target.columns, self.target.topic)
+        self.rows += n
+        return n
+
+    def commit(self, position: int) -> None:
+        """Commit the rows with the mark "the first `position` rows of this batch are done"."""
+        assert self._producer is not None and self._marks is not None and self._open
+        timeout = self.target.timeout_s
+        offset = DoneMark(self.batch_id, position).to_offset()
+        try:
+            self._producer.send_offsets_to_transaction(
+                [TopicPartition(self.mark_topic, 0, offset)],
+                self._marks.consumer_group_metadata(),
+                timeout,
+            )
+            self._producer.commit_transaction(timeout)
+        except KafkaException as exc:
+            if _fenced(exc):
+                raise TaskFencedError(
+                    f"{self.transactional_id}: fenced by a newer attempt before commit"
+                ) from exc
+            raise
+        self._open = False
+
+    def abort(self) -> None:
+        """Best effort: a transaction left open is aborted by the next attempt's init anyway."""
+        if self._producer is None or not self._open:
+            return
+        self._open = False
+        try:
+            self._producer.abort_transaction(self.target.timeout_s)
+        except KafkaException as exc:
+            log.warning(
+                "%s: abort failed (%s); the next attempt fences it", self.transactional_id, exc
+            )
+
+    def close(self) -> None:
+        self._marks = None  # shared with later tasks of this worker (mark_readers)
+        self._producer = None
+
+
+def write_exactly_once(
+    target: SinkTarget,
+    prefix: str,
+    partition: int,
+    attempt: int,
+    batch_id: int,
+    batches: Iterable[pa.RecordBatch],
+) -> TaskOutcome:
+    """Write the task's rows not yet committed, in one transaction with the new done-mark."""
+    rest = iter(batches)
+    first = next((b for b in rest if b.num_rows), None)
+    if first is None:
+        # nothing to write in any attempt: no transaction, no mark
+        return TaskOutcome(batch_id=batch_id, partition=partition, attempt=attempt, rows=0)
+    txn = TaskTransaction(
+        target, prefix, partition, batch_id, target.columns.first_topic(first, target.topic)
+    )
+    position = 0
+    try:
+        mark = txn.open()
+        skip = mark.rows_done(batch_id) if mark is not None else 0
+        for batch in _chain(first, rest):
+            n = batch.num_rows
+            if skip is None or position + n <= skip:
+                position += n  # committed by an earlier attempt; Spark wants the input drained
+                continue
+            if position < skip:
+                batch = batch.slice(skip - position)
+                position = skip
+            position += txn.produce(batch)
+        if txn.rows:
+            txn.commit(position)
+    except BaseException:
+        txn.abort()
+        raise
+    finally:
+        txn.close()
+    if txn.rows == 0:
+        log.info("%s: batch %d already committed, wrote nothing", txn.transactional_id, batch_id)
+    return TaskOutcome(
+        batch_id=batch_id,
+        partition=partition,
+        attempt=attempt,
+        rows=txn.rows,
+        rows_already_committed=position - txn.rows,
+        transactional_id=txn.transactional_id,
+    )
+
+
+def _chain(first: pa.RecordBatch, rest: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+    yield first
+    yield from rest

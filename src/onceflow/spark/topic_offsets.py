@@ -1,0 +1,113 @@
+"""Driver-side look-ups: which partitions a source reads, and their earliest and latest offsets.
+
+"Latest" under read_committed is the last stable offset (ListOffsets with READ_COMMITTED), so a
+micro-batch never plans past a transaction that is still open.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from onceflow.spark.offset_ranges import PartitionOffsets, TopicPartitionKey
+from onceflow.spark.options import SourceOptions
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+# Topics the cluster keeps for itself; a pattern subscription never means them.
+_INTERNAL = ("__consumer_offsets", "__transaction_state")
+
+# Consumer-only settings that an admin client would warn about.
+_CONSUMER_ONLY = ("isolation.level", "group.id", "fetch.min.bytes", "fetch.wait.max.ms")
+
+
+class OffsetLookupError(RuntimeError):
+    """The cluster did not answer a metadata or ListOffsets request within the retries."""
+
+
+class TopicOffsets:
+    """Partitions and offsets of a subscription, through an AdminClient made on first use.
+
+    Held by the driver-side reader, which lives in one Python process for the whole query;
+    the client is made lazily so that the reader stays picklable until then.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._admin: AdminClient | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"options": self.options, "_admin": None}
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            conf = {k: v for k, v in self.options.client.items() if k not in _CONSUMER_ONLY}
+            self._admin = AdminClient(conf)
+        return self._admin
+
+    def _retrying(self, what: str, call: Callable[[], _T]) -> _T:
+        attempts = self.options.fetch_offset_retries + 1
+        for attempt in range(attempts):
+            try:
+                return call()
+            except KafkaException as exc:
+                if attempt + 1 == attempts:
+                    raise OffsetLookupError(f"{what} failed after {attempts} attempts") from exc
+                log.warning("%s failed (attempt %d): %s", what, attempt + 1, exc)
+                time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
+        raise AssertionError("unreachable")
+
+    def partitions(self) -> list[TopicPartitionKey]:
+        """The partitions the subscription covers now, sorted; topics not there yet give none."""
+        subscription = self.options.subscription
+        if subscription.assigned:
+            return list(subscription.assigned)
+
+        def lookup() -> list[TopicPartitionKey]:
+            metadata = self.admin.list_topics(timeout=self.options.request_timeout_s)
+            found = []
+            for name, topic in metadata.topics.items():
+                if name in _INTERNAL or topic.error is not None:
+                    continue
+                if subscription.matches(name):
+                    found.extend((name, p) for p in topic.partitions)
+            return sorted(found)
+
+        return self._retrying("listing topics", lookup)
+
+    def _list_offsets(
+        self, tps: Iterable[TopicPartitionKey], spec: OffsetSpec, isolation: IsolationLevel
+    ) -> PartitionOffsets:
+        wanted = list(tps)
+        if not wanted:
+            return {}
+
+        def lookup() -> PartitionOffsets:
+            futures = self.admin.list_offsets(
+                {TopicPartition(t, p): spec for t, p in wanted},
+                isolation_level=isolation,
+                request_timeout=self.options.request_timeout_s,
+            )
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+        return self._retrying("listing offsets", lookup)
+
+    def earliest(self, tps: Iterable[TopicPartitionKey]) -> PartitionOffsets:
+        return self._list_offsets(tps, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED)
+
+    def latest(self, tps: Iterable[TopicPartitionKey]) -> PartitionOffsets:
+        """High watermarks, or last stable offsets when the source reads committed data."""
+        isolation = (
+            IsolationLevel.READ_COMMITTED
+            if self.options.isolation_level == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        return self._list_offsets(tps, OffsetSpec.latest(), isolation)

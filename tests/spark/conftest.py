@@ -1,0 +1,46 @@
+"""One SparkSession for the whole test session: local[2, 4], so that failed tasks are retried."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+import onceflow.spark
+from onceflow.spark.at_least_once import close_producers
+from onceflow.spark.mark_readers import close_all
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    # Python workers must import functions defined in these test modules (`tests.spark...`)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
+    )
+    session = onceflow.spark.local_session(
+        cores=2,
+        max_failures=4,
+        app_name="onceflow-tests",
+        conf={
+            "spark.sql.streaming.checkpointLocation": str(tmp_path_factory.mktemp("checkpoints")),
+            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
+        },
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    for query in session.streams.active:
+        query.stop()
+    session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _drop_cached_clients() -> Iterator[None]:
+    """Tests that run sink tasks in this process leave no client behind for the next broker."""
+    yield
+    close_all()
+    close_producers(timeout_s=1)

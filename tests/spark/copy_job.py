@@ -1,0 +1,78 @@
+"""The pipeline the sink tests run: copy a topic to another through the onceflow source and sink.
+
+Shared by the in-process tests and the driver child process that gets SIGKILLed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from .faults import ArrowMap
+from .kafka_io import duplicates
+
+
+def copy_stream(
+    spark: SparkSession,
+    bootstrap: str,
+    source: str,
+    *,
+    transform: ArrowMap | None = None,
+    max_offsets: int | None = None,
+) -> DataFrame:
+    reader = (
+        spark.readStream.format("onceflow")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+    )
+    if max_offsets:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    df = reader.load().select("key", "value")
+    if transform is not None:
+        df = df.mapInArrow(transform, df.schema)
+    return df
+
+
+def start_copy(
+    df: DataFrame,
+    bootstrap: str,
+    out: str,
+    checkpoint: Path,
+    *,
+    exactly_once: bool,
+    available_now: bool = True,
+    sink_options: dict[str, str] | None = None,
+) -> StreamingQuery:
+    writer = (
+        df.writeStream.format("onceflow")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", out)
+        .option("exactlyOnce", str(exactly_once).lower())
+        .option("checkpointLocation", str(checkpoint))
+    )
+    for key, value in (sink_options or {}).items():
+        writer = writer.option(key, value)
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime="0 seconds")
+    return writer.start()
+
+
+def check_output(output: Iterable[str], expected: Iterable[str], *, exactly_once: bool) -> None:
+    """Exactly-once: the same multiset. At-least-once: nothing lost, and some duplicates."""
+    output, expected = list(output), list(expected)
+    if exactly_once:
+        got, want = Counter(output), Counter(expected)
+        assert got == want, (
+            f"missing {sum((want - got).values())}, extra {sum((got - want).values())} "
+            f"(duplicates {duplicates(output)})"
+        )
+    else:
+        assert set(output) == set(expected)
+        assert duplicates(output) > 0, "the fault left no duplicates: the test proves nothing"
