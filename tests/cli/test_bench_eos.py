@@ -75,7 +75,8 @@ def test_tiny_run_prints_every_figure(bootstrap: str, tmp_path: Path) -> None:
     # Aborted transactions are skipped by read_committed (and only those: checked below).
     assert 0 < number(consumers["read_committed"][0]) < RECORDS
     for _records, rate, mb, seconds in consumers.values():
-        assert number(rate) > 0 and number(mb) > 0 and number(seconds) > 0
+        # a tiny read can take under 5 ms, which the table rounds to 0.00 s
+        assert number(rate) > 0 and number(mb) > 0 and number(seconds) >= 0
 
     steps = (
         "commit_transaction()", "abort_transaction()", "flush before commit/abort",
