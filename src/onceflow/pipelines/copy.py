@@ -12,7 +12,8 @@ import importlib
 from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.pipelines.session import add_common_arguments, run_until, session, source
 
@@ -59,23 +60,45 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    spark = session("onceflow-copy", args.master)
-    df = transformed(
-        source(spark, args.bootstrap_server, args.input, args.max_offsets_per_trigger),
-        args.transform,
-    )
+def start(
+    spark: SparkSession,
+    *,
+    bootstrap: str,
+    input_topic: str,
+    output_topic: str,
+    checkpoint: str,
+    transform: str | None = None,
+    prefix: str | None = None,
+    exactly_once: bool = True,
+    max_offsets_per_trigger: int | None = None,
+) -> StreamingQuery:
+    df = transformed(source(spark, bootstrap, input_topic, max_offsets_per_trigger), transform)
     writer = (
         df.writeStream.format("onceflow")
-        .option("kafka.bootstrap.servers", args.bootstrap_server)
-        .option("topic", args.output)
-        .option("checkpointLocation", args.checkpoint)
-        .option("exactlyOnce", str(not args.at_least_once).lower())
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", output_topic)
+        .option("checkpointLocation", checkpoint)
+        .option("exactlyOnce", str(exactly_once).lower())
     )
-    if args.prefix:
-        writer = writer.option("transactional.id.prefix", args.prefix)
-    run_until(writer.start(), args.until_caught_up)
+    if prefix:
+        writer = writer.option("transactional.id.prefix", prefix)
+    return writer.start()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    query = start(
+        session("onceflow-copy", args.master),
+        bootstrap=args.bootstrap_server,
+        input_topic=args.input,
+        output_topic=args.output,
+        checkpoint=args.checkpoint,
+        transform=args.transform,
+        prefix=args.prefix,
+        exactly_once=not args.at_least_once,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+    )
+    run_until(query, args.until_caught_up)
 
 
 if __name__ == "__main__":

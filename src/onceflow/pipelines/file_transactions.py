@@ -21,6 +21,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.pipelines.session import add_common_arguments, run_until, session, source
 
@@ -138,22 +140,47 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    spark = session("onceflow-file-transactions", args.master)
-    locations = source(spark, args.bootstrap_server, args.input, args.max_offsets_per_trigger)
+def start(
+    spark: SparkSession,
+    *,
+    bootstrap: str,
+    input_topic: str,
+    output_topic: str,
+    dead_letters: str,
+    checkpoint: str,
+    prefix: str | None = None,
+    exactly_once: bool = True,
+    max_offsets_per_trigger: int | None = None,
+) -> StreamingQuery:
+    locations = source(spark, bootstrap, input_topic, max_offsets_per_trigger)
     out = locations.select("value").mapInArrow(
-        parse_files(args.output, args.dead_letters), OUTPUT_SCHEMA
+        parse_files(output_topic, dead_letters), OUTPUT_SCHEMA
     )
     writer = (
         out.writeStream.format("onceflow")
-        .option("kafka.bootstrap.servers", args.bootstrap_server)
-        .option("checkpointLocation", args.checkpoint)
-        .option("exactlyOnce", str(not args.at_least_once).lower())
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("checkpointLocation", checkpoint)
+        .option("exactlyOnce", str(exactly_once).lower())
     )
-    if args.prefix:
-        writer = writer.option("transactional.id.prefix", args.prefix)
-    run_until(writer.start(), args.until_caught_up)
+    if prefix:
+        writer = writer.option("transactional.id.prefix", prefix)
+    return writer.start()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    query = start(
+        session("onceflow-file-transactions", args.master),
+        bootstrap=args.bootstrap_server,
+        input_topic=args.input,
+        output_topic=args.output,
+        dead_letters=args.dead_letters,
+        checkpoint=args.checkpoint,
+        prefix=args.prefix,
+        exactly_once=not args.at_least_once,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+    )
+    run_until(query, args.until_caught_up)
 
 
 if __name__ == "__main__":

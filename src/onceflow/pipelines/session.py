@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from onceflow.spark import local_session, register
 
@@ -32,7 +32,7 @@ def session(app_name: str, master: str | None) -> SparkSession:
     return local_session(app_name=app_name)
 
 
-def source(spark: SparkSession, bootstrap: str, topic: str, per_trigger: int | None):
+def source(spark: SparkSession, bootstrap: str, topic: str, per_trigger: int | None) -> DataFrame:
     reader = (
         spark.readStream.format("onceflow")
         .option("kafka.bootstrap.servers", bootstrap)

@@ -1,0 +1,106 @@
+"""The bundled pipelines end to end on the shared SparkSession, against a broker."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.pipelines import copy, file_transactions, wordcount
+from onceflow.pipelines.topic_reader import read_topic
+from onceflow.pipelines.wordcount_check import check_counts, words_of
+from tests.spark.kafka_io import create_topic, produce
+
+
+def _run(query: object) -> None:
+    query.processAllAvailable()  # type: ignore[attr-defined]
+    query.stop()  # type: ignore[attr-defined]
+
+
+def test_file_transactions_writes_each_file_once_and_bad_files_to_dead_letters(
+    spark: SparkSession, bootstrap: str, tmp_path: Path
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    locations, out, dlq = f"files-{suffix}", f"tx-{suffix}", f"dlq-{suffix}"
+    for topic in (locations, out, dlq):
+        create_topic(bootstrap, topic)
+    good = tmp_path / "good.csv"
+    good.write_text("id,amount\n" + "".join(f"t{i},{i}.5\n" for i in range(50)))
+    lines = tmp_path / "more.jsonl"
+    lines.write_text("".join(json.dumps({"id": f"j{i}", "amount": i}) + "\n" for i in range(30)))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,amount\nx1,1\nx2,not-a-number\n")
+    produce(bootstrap, locations, [str(good), lines.as_uri(), str(bad)])
+    _run(
+        file_transactions.start(
+            spark,
+            bootstrap=bootstrap,
+            input_topic=locations,
+            output_topic=out,
+            dead_letters=dlq,
+            checkpoint=str(tmp_path / "cp"),
+            max_offsets_per_trigger=2,
+        )
+    )
+    ids = sorted(r.key.decode() for r in read_topic(bootstrap, out))
+    assert ids == sorted([f"t{i}" for i in range(50)] + [f"j{i}" for i in range(30)])
+    [letter] = read_topic(bootstrap, dlq)
+    assert letter.key == str(bad).encode()
+    assert "line 3" in json.loads(letter.value)["error"]
+
+
+def test_copy_through_a_transform(spark: SparkSession, bootstrap: str, tmp_path: Path) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    source, target = f"in-{suffix}", f"out-{suffix}"
+    create_topic(bootstrap, source)
+    create_topic(bootstrap, target)
+    produce(bootstrap, source, [f"v{i}" for i in range(200)])
+    _run(
+        copy.start(
+            spark,
+            bootstrap=bootstrap,
+            input_topic=source,
+            output_topic=target,
+            checkpoint=str(tmp_path / "cp"),
+            transform="tests.spark.test_pipelines:shout_even",
+        )
+    )
+    values = sorted(r.value.decode() for r in read_topic(bootstrap, target))
+    assert values == sorted(f"V{i}" for i in range(0, 200, 2))
+
+
+def shout_even(key: bytes | None, value: bytes | None) -> tuple[bytes | None, bytes] | None:
+    """The transform of test_copy_through_a_transform: upper-case even values, drop odd."""
+    assert value is not None
+    return None if int(value[1:]) % 2 else (key, value.upper())
+
+
+def test_word_count_survives_a_broker_restart_between_runs(
+    spark: SparkSession, make_broker: object, tmp_path: Path
+) -> None:
+    broker: EmbeddedBroker = make_broker()  # type: ignore[operator]
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "sentences")
+    create_topic(bootstrap, "counts")
+    sentences = [f"the quick fox {i % 7} jumps over the dog {i % 3}" for i in range(300)]
+    produce(bootstrap, "sentences", sentences[:150])
+    options = dict(
+        bootstrap=bootstrap,
+        input_topic="sentences",
+        output_topic="counts",
+        checkpoint=str(tmp_path / "cp"),
+        prefix="wc-test",
+        max_offsets_per_trigger=50,
+    )
+    _run(wordcount.start(spark, **options))
+    broker.kill()
+    broker.start()
+    produce(bootstrap, "sentences", sentences[150:])
+    _run(wordcount.start(spark, **options))
+    truth = Counter(w for s in sentences for w in words_of(s))
+    report = check_counts(truth, read_topic(bootstrap, "counts"))
+    assert report.exact, report
