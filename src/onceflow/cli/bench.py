@@ -96,6 +96,8 @@ CONSUMER_SETTINGS: dict[str, Any] = {
     "auto.offset.reset": "earliest",
     "max.partition.fetch.bytes": 4 * 1024 * 1024,
     "isolation.level": "read_committed",
+    # librdkafka otherwise sleeps 1 s whenever its fetch queue is full (every target alike)
+    "fetch.queue.backoff.ms": 10,
 }
 
 
