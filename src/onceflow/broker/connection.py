@@ -9,6 +9,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.framing import SIZE, check_frame_size
 from onceflow.protocol.messages import Request, encode_response, parse_request
@@ -87,7 +88,8 @@ class Connection:
                 if result is None:
                     continue
                 self.writer.write(encode_response(request, result))
-            except Exception:
+            except Exception as e:
+                halt_on_storage_error(e)
                 # A bug answering one request: close this connection, keep the broker serving.
                 log.exception("request %s v%s failed", request.api_key, request.api_version)
                 self.writer.close()

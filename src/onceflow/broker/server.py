@@ -16,6 +16,7 @@ from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
 from onceflow.broker.durability import GroupCommitter
 from onceflow.broker.partition import Partition
+from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.broker.topics import TopicRegistry
 from onceflow.broker.transactions import Transactions
 from onceflow.clock import Clock, system_clock
@@ -220,6 +221,7 @@ class Broker:
         except ProtocolError:
             raise
         except Exception as e:
+            halt_on_storage_error(e)
             log.exception("API %d v%d handler failed", request.api_key, request.api_version)
             raise HandlerCrashError(f"handler failed: {e!r}") from e
 

@@ -18,9 +18,10 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.faults import crash_point
+from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.records.control import build_marker
 from onceflow.txn.coordinator import CoordinatorResult, MarkerJob, TransactionCoordinator
-from onceflow.txn.errors import TxnError
+from onceflow.txn.errors import TxnError, TxnIndexStorageError
 
 if TYPE_CHECKING:
     from onceflow.broker.partition import Partition
@@ -95,6 +96,7 @@ class Transactions:
     def _marker_done(self, task: asyncio.Task[None]) -> None:
         self._marker_tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
+            halt_on_storage_error(task.exception())  # else the transaction hangs in Prepare*
             log.error("writing transaction markers failed: %r", task.exception())
 
     async def _write_markers(self, job: MarkerJob) -> None:
@@ -121,6 +123,8 @@ class Transactions:
                 partition.append_marker(
                     data, job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch
                 )
+            except TxnIndexStorageError:
+                raise  # the marker is in the log, its aborted-index entry is not: not a fence
             except TxnError as e:
                 # A newer epoch already wrote to this partition: that producer fenced this one,
                 # and Kafka skips the marker too.
@@ -175,6 +179,7 @@ class Transactions:
         try:
             await self.run(result)
         except OSError as e:
+            halt_on_storage_error(e)
             log.error("transaction log write failed: %s", e)
 
     async def stop(self) -> None:

@@ -14,6 +14,7 @@ from onceflow.cli.options import OnceflowGroup
 from onceflow.cli.run import run_command
 from onceflow.cli.topics import topics_app
 from onceflow.cli.transactions import transactions_app
+from onceflow.cli.verify import verify_command
 
 app = typer.Typer(
     name="onceflow",
@@ -32,6 +33,7 @@ app.add_typer(transactions_app, name="transactions")
 app.command("bench")(bench_command)
 app.command("bench-eos")(bench_eos_command)
 app.command("demo")(demo_command)
+app.command("verify")(verify_command)
 app.command(
     "run",
     context_settings={

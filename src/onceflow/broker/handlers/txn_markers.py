@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.dispatch import api
+from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.broker.transactions import OFFSETS_TOPIC
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
@@ -80,10 +81,12 @@ def _append(
             data, marker.producer_id, marker.producer_epoch, commit, marker.coordinator_epoch
         )
     except TxnError as e:
+        halt_on_storage_error(e)  # the marker is in the log, its aborted-index entry is not
         # An older epoch (INVALID_PRODUCER_EPOCH) or coordinator epoch: nothing was written.
         log.info("marker for %s-%d refused: %s", topic, index, e)
         return e.error_code
     except OSError as e:
+        halt_on_storage_error(e)
         log.error("marker append to %s-%d failed: %s", topic, index, e)
         return ErrorCode.kafka_storage_error
     log.info(

@@ -1,0 +1,38 @@
+"""A failed write to the data directory stops the broker at once, as Kafka stops when its last
+log directory fails (LogManager.handleLogDirFailure: Exit.halt).
+
+A write can fail half-way (a batch appended but not its index entry, an ABORT marker appended
+but not its aborted-transaction entry, a transaction's markers partly written): memory and
+disk then disagree, and carrying on would serve that state (aborted records to read_committed
+readers, a retried batch appended twice, a transaction stuck in PrepareCommit). Halting skips
+the clean-shutdown writes, so the restart rebuilds every state from what reached the disk.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+
+from onceflow.log.errors import LogStorageError
+from onceflow.txn.errors import TxnIndexStorageError
+
+log = logging.getLogger(__name__)
+
+HALT_EXIT_CODE = 1
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG})
+
+
+def is_storage_error(error: BaseException | None) -> bool:
+    if isinstance(error, (LogStorageError, TxnIndexStorageError)):
+        return True
+    return isinstance(error, OSError) and error.errno in _STORAGE_ERRNOS
+
+
+def halt_on_storage_error(error: BaseException | None) -> None:
+    """Exit now (no clean shutdown) if `error` is a failed write to the data directory."""
+    if not is_storage_error(error):
+        return
+    log.critical("halting: a write to the data directory failed: %r", error)
+    logging.shutdown()
+    os._exit(HALT_EXIT_CODE)

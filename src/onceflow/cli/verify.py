@@ -1,0 +1,188 @@
+"""`onceflow verify`: a Jepsen-style workload, fault injector and checker for exactly-once."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from onceflow.cli.options import (
+    CliError,
+    UsageError,
+    parse_bootstrap,
+    stderr_console,
+    stdout_console,
+)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+PROGRESS_EVERY_S = 5.0
+
+
+def parse_duration(text: str) -> float:
+    """`90`, `90s`, `10m`, `1.5h`, `500ms` to seconds."""
+    match = _DURATION.match(text)
+    if match is None or float(match.group(1)) <= 0:
+        raise UsageError(f"Invalid duration '{text}': expected e.g. 60s, 10m or 1h.")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def verify_command(
+    bootstrap_server: Annotated[
+        str | None,
+        typer.Option(
+            "--bootstrap-server",
+            "-b",
+            metavar="HOST:PORT",
+            help="Verify this Kafka cluster (onceflow's or any other). Only the client-side "
+            "faults apply: pause (of clients), crash-client and partition.",
+        ),
+    ] = None,
+    embedded: Annotated[
+        bool,
+        typer.Option(
+            "--embedded",
+            help="Start onceflow's broker as a child process (in the work directory) and "
+            "verify it; every fault applies.",
+        ),
+    ] = False,
+    duration: Annotated[
+        str, typer.Option("--duration", "-d", help="How long the workload runs: 60s, 10m, 1h.")
+    ] = "60s",
+    faults: Annotated[
+        str,
+        typer.Option(
+            "--faults",
+            "-f",
+            help="Comma-separated faults, mixed at random: kill (SIGKILL of the broker and "
+            "restart), pause (SIGSTOP/SIGCONT of the broker or a client), partition (a proxy "
+            "cuts, delays or black-holes client connections), crash-client (SIGKILL of a "
+            "client mid-transaction), disk (the broker's filesystem full; needs root to mount "
+            "a small tmpfs); or all, or none.",
+        ),
+    ] = "all",
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", help="Seed of the fault schedule and the workload [random]."),
+    ] = None,
+    json_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--json",
+            metavar="FILE",
+            help="Write the JSON report (every anomaly) here; - for stdout.",
+        ),
+    ] = None,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--work-dir",
+            help="Keep the history (history.jsonl), the logs and the broker's data here "
+            "[a temporary directory, kept only when anomalies are found].",
+        ),
+    ] = None,
+    producers: Annotated[
+        int, typer.Option("--producers", min=1, help="Transactional producers.")
+    ] = 3,
+    copiers: Annotated[
+        int,
+        typer.Option("--copiers", min=0, help="Consume-transform-produce copiers (one group)."),
+    ] = 2,
+    transaction_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            "--transaction-timeout-ms",
+            min=1000,
+            help="The clients' transaction.timeout.ms; pauses and partitions are held for "
+            "about 0.2 to 1.5 times it, so that some trip it.",
+        ),
+    ] = 10_000,
+) -> None:
+    """Prove exactly-once under faults: transactional producers, consume-transform-produce
+    copiers and read_committed / read_uncommitted consumers run while faults are injected;
+    then a checker looks for aborted reads, lost writes, duplicates, inconsistent offsets,
+    non-monotonic or skipping polls, torn transactions and offsets committed by aborted
+    transactions. Exits 1 if it finds any."""
+    # Imported here so that the other commands start without loading the harness.
+    from onceflow.verify.faults import parse_faults
+    from onceflow.verify.harness import Progress, VerifyError, VerifyOptions, run_verify
+    from onceflow.verify.report import (
+        anomalies_table,
+        examples_table,
+        faults_table,
+        operations_table,
+        report_json,
+        summary,
+        write_json,
+    )
+
+    if embedded == (bootstrap_server is not None):
+        raise UsageError("Choose one target: --embedded or --bootstrap-server HOST:PORT.")
+    try:
+        kinds = parse_faults(faults)
+    except ValueError as e:
+        raise UsageError(f"Invalid --faults: {e}.") from None
+    options = VerifyOptions(
+        duration_s=parse_duration(duration),
+        faults=kinds,
+        seed=secrets.randbelow(1 << 31) if seed is None else seed,
+        bootstrap=parse_bootstrap(bootstrap_server) if bootstrap_server else None,
+        work_dir=work_dir,
+        producers=producers,
+        copiers=copiers,
+        transaction_timeout_ms=transaction_timeout_ms,
+    )
+    err = stderr_console()
+    target = "the embedded broker" if options.embedded else options.bootstrap
+    err.print(
+        f"onceflow verify: {target}, {options.duration_s:g} s, faults "
+        f"{','.join(kinds) or 'none'}, seed {options.seed}"
+    )
+    last = {"phase": "", "at": -PROGRESS_EVERY_S}
+
+    def progress(p: Progress) -> None:
+        if p.phase == last["phase"] and p.elapsed_s - last["at"] < PROGRESS_EVERY_S:
+            return
+        last["phase"], last["at"] = p.phase, p.elapsed_s
+        if p.phase != "running":
+            err.print(f"[{p.elapsed_s:6.1f}s] {p.phase}")
+            return
+        fault = f", now: {p.current_fault}" if p.current_fault else ""
+        err.print(
+            f"[{p.elapsed_s:6.1f}s] txns committed {p.committed}, aborted {p.aborted}, "
+            f"unknown {p.unknown}; records read {p.records_read}; faults {p.faults}{fault}"
+        )
+
+    try:
+        run = run_verify(options, progress)
+    except VerifyError as e:
+        raise CliError(str(e)) from None
+    out = stdout_console()
+    out.print(operations_table(run))
+    out.print(faults_table(run))
+    out.print(anomalies_table(run))
+    examples = examples_table(run)
+    if examples is not None:
+        out.print(examples)
+    for note in run.notes:
+        err.print(f"note: {note}")
+    for error in run.errors:
+        err.print(f"error: {error}")
+    if json_file is not None and str(json_file) == "-":
+        print(json.dumps(report_json(run), indent=2, default=str))
+    else:
+        if json_file is not None:
+            write_json(run, json_file)
+        print(json.dumps(summary(run), default=str))
+    if run.work_dir.exists():
+        err.print(f"history and logs: {run.work_dir}")
+    verdict = "no anomalies" if run.result.valid else f"{len(run.result.anomalies)} anomalies"
+    err.print(f"onceflow verify: {verdict}" + (" (run errors)" if run.errors else ""))
+    sys.stdout.flush()
+    if not run.ok:
+        raise typer.Exit(code=1)

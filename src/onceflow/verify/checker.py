@@ -1,0 +1,682 @@
+"""The checker: reads a verify history and reports every exactly-once anomaly in it.
+
+What it knows: which transaction wrote each value (values are unique, so a value names its
+writer), each transaction's outcome as its client saw it (ok = committed, fail = certainly
+not committed, unknown = either), the offsets delivery reports gave, every record every
+consumer polled, the group offsets seen, and the final reads: after the faults stop and the
+clients exit, one read_committed and one read_uncommitted pass over every partition to its
+end. The final read_committed pass is the truth about what is committed; a transaction of
+unknown outcome may be visible or not, but all-or-nothing.
+
+Anomalies (each with the offending values and offsets):
+- aborted-read: a read_committed consumer (reader, copier, final read) saw a value of a
+  transaction that certainly did not commit;
+- phantom-read: a value nobody wrote, or read in a partition it was not written to;
+- lost-write: a committed value (acknowledged, or seen by a read_committed reader) missing
+  from the final read_committed pass, an acknowledged write missing from the log, or an input
+  the copiers consumed (their committed offset is past it) without a committed copy;
+- duplicate: one value at two offsets, or one input copied twice into committed output;
+- inconsistent-offset: one offset holding two values;
+- nonmonotonic-poll: a consumer got an offset at or below one it already got;
+- poll-skip: a consumer went past records its isolation level should have returned;
+- torn-transaction: a reader saw part of a transaction and went past the rest without it, a
+  transaction partly visible in the final read, or a copy committed without its offsets;
+- aborted-offsets / phantom-offsets: a committed group offset that only an aborted
+  transaction (or no transaction) committed;
+- hanging-transaction: the final read_committed pass could not reach the end of a partition
+  (its last stable offset stayed below the high watermark: a transaction never completed).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from onceflow.verify.history import (
+    COMMIT,
+    FAIL,
+    FINAL_READ,
+    INVOKE,
+    NEMESIS,
+    OFFSETS,
+    OK,
+    POLL,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    TXN,
+    TXN_END,
+    UNKNOWN,
+    Op,
+    Record,
+    TopicPartition,
+    records,
+)
+from onceflow.verify.workload import COPY_MARK
+
+KINDS = (
+    "aborted-read",
+    "phantom-read",
+    "lost-write",
+    "duplicate",
+    "inconsistent-offset",
+    "nonmonotonic-poll",
+    "poll-skip",
+    "torn-transaction",
+    "aborted-offsets",
+    "phantom-offsets",
+    "hanging-transaction",
+)
+MAX_LISTED = 10  # offending values listed per anomaly, beyond which only a count is given
+
+
+class CheckerError(ValueError):
+    """The history itself is inconsistent (a workload or harness bug, not a broker bug)."""
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    kind: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, **self.details}
+
+
+@dataclass
+class Txn:
+    id: str
+    process: str
+    intent: str
+    writes: list[tuple[str, int, str]]
+    reads: list[Record] = field(default_factory=list)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    outcome: str | None = None  # None: never completed (as unknown)
+    end: str | None = None  # commit or abort, once requested
+    error: str | None = None
+    delivered: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+
+    @property
+    def committed(self) -> bool:
+        return self.outcome == OK
+
+    @property
+    def aborted(self) -> bool:
+        return self.outcome == FAIL
+
+    @property
+    def uncertain(self) -> bool:
+        return self.outcome not in (OK, FAIL)
+
+
+@dataclass
+class Session:
+    """The polls of one consumer process (or one final pass), in order."""
+
+    process: str
+    isolation: str
+    records: list[Record] = field(default_factory=list)
+
+
+@dataclass
+class FinalPass:
+    isolation: str
+    process: str | None = None  # the session that made this pass
+    complete: dict[TopicPartition, bool] = field(default_factory=dict)
+    ends: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)  # position, HW
+    at: dict[TopicPartition, dict[int, str]] = field(default_factory=dict)  # offset -> value
+
+
+@dataclass
+class CheckResult:
+    anomalies: list[Anomaly]
+    stats: dict[str, Any]
+
+    @property
+    def valid(self) -> bool:
+        return not self.anomalies
+
+    def counts(self) -> dict[str, int]:
+        found = Counter(a.kind for a in self.anomalies)
+        return {kind: found.get(kind, 0) for kind in KINDS}
+
+    def by_kind(self) -> dict[str, list[Anomaly]]:
+        out: dict[str, list[Anomaly]] = {kind: [] for kind in KINDS}
+        for anomaly in self.anomalies:
+            out.setdefault(anomaly.kind, []).append(anomaly)
+        return out
+
+
+def _short(items: Iterable[Any]) -> list[Any]:
+    return list(items)[:MAX_LISTED]
+
+
+class _Model:
+    """Everything the history says, indexed for the checks."""
+
+    def __init__(self, ops: Iterable[Op], final_process_prefix: str = "final") -> None:
+        self.txns: dict[str, Txn] = {}
+        self.writer: dict[str, Txn] = {}  # value -> transaction that wrote it
+        self.written_to: dict[str, TopicPartition] = {}
+        self.sessions: dict[str, Session] = {}
+        self.offset_reads: list[tuple[Op, dict[TopicPartition, int]]] = []
+        self.finals: dict[str, FinalPass] = {}
+        self.final_offsets: dict[TopicPartition, int] | None = None
+        self.faults: Counter[str] = Counter()
+        self.ops = 0
+        for op in ops:
+            self.ops += 1
+            self._add(op, final_process_prefix)
+
+    def _add(self, op: Op, final_prefix: str) -> None:
+        v = op.value
+        if op.process == NEMESIS:
+            if op.type == INVOKE:
+                self.faults[op.f] += 1
+            return
+        if op.f == TXN:
+            if op.type == INVOKE:
+                self._invoke(op)
+            else:
+                txn = self.txns.get(str(v.get("txn")))
+                if txn is None:
+                    raise CheckerError(f"op {op.index}: completion of unknown transaction {v}")
+                txn.outcome, txn.error = op.type, v.get("error")
+                self._delivered(txn, v.get("delivered", []))
+        elif op.f == TXN_END:
+            txn = self.txns.get(str(v.get("txn")))
+            if txn is not None:
+                txn.end = v.get("end")
+                self._delivered(txn, v.get("delivered", []))
+        elif op.f == POLL and op.type == OK:
+            session = self.sessions.get(op.process)
+            if session is None:
+                isolation = str(v.get("isolation", READ_COMMITTED))
+                session = self.sessions[op.process] = Session(op.process, isolation)
+            session.records.extend(records(v))
+        elif op.f == OFFSETS and op.type == OK:
+            found = {(str(t), int(p)): int(o) for t, p, o in v.get("offsets", [])}
+            if op.process.startswith(final_prefix):
+                self.final_offsets = found
+            else:
+                self.offset_reads.append((op, found))
+        elif op.f == FINAL_READ:
+            final = self.finals.setdefault(str(v["isolation"]), FinalPass(str(v["isolation"])))
+            for t, p, position, hw in v.get("partitions", []):
+                tp = (str(t), int(p))
+                final.ends[tp] = (int(position), int(hw))
+                final.complete[tp] = int(position) >= int(hw)
+            final.process = op.process
+
+    def _invoke(self, op: Op) -> None:
+        v = op.value
+        txn_id = str(v["txn"])
+        if txn_id in self.txns:
+            raise CheckerError(f"op {op.index}: transaction {txn_id} invoked twice")
+        txn = Txn(
+            txn_id,
+            op.process,
+            str(v.get("intent", COMMIT)),
+            [(str(t), int(p), str(val)) for t, p, val in v.get("writes", [])],
+            records(v, "reads"),
+            {(str(t), int(p)): int(o) for t, p, o in v.get("offsets", [])},
+        )
+        self.txns[txn_id] = txn
+        for t, p, value in txn.writes:
+            if value in self.writer:
+                raise CheckerError(f"value {value!r} written by two transactions")
+            self.writer[value] = txn
+            self.written_to[value] = (t, p)
+
+    @staticmethod
+    def _delivered(txn: Txn, delivered: Iterable[Any]) -> None:
+        for t, p, o, value in delivered:
+            txn.delivered[str(value)] = (str(t), int(p), int(o))
+
+    def final_passes(self) -> None:
+        """Attach to each final pass the records its session read."""
+        for final in self.finals.values():
+            session = self.sessions.get(final.process) if final.process else None
+            for t, p, o, value in session.records if session else []:
+                final.at.setdefault((t, p), {})[o] = value
+
+
+class Checker:
+    def __init__(self, ops: Iterable[Op]) -> None:
+        self.model = _Model(ops)
+        self.model.final_passes()
+        self.anomalies: list[Anomaly] = []
+        m = self.model
+        self.final_rc = m.finals.get(READ_COMMITTED, FinalPass(READ_COMMITTED))
+        self.final_ru = m.finals.get(READ_UNCOMMITTED, FinalPass(READ_UNCOMMITTED))
+        self.final_processes = {f.process for f in m.finals.values() if f.process}
+        # Where each value was seen (deliveries and every read), and what each offset held.
+        self.where: dict[str, set[tuple[str, int, int]]] = defaultdict(set)
+        self.at: dict[tuple[str, int, int], set[str]] = defaultdict(set)
+        self.first_source: dict[tuple[str, int, int, str], str] = {}
+        self.committed_values: set[str] = {
+            value for offsets in self.final_rc.at.values() for value in offsets.values()
+        }
+
+    def flag(self, kind: str, message: str, **details: Any) -> None:
+        self.anomalies.append(Anomaly(kind, message, details))
+
+    def run(self) -> CheckResult:
+        self._observations()
+        self._consistency()
+        self._reads()
+        self._sessions()
+        self._final()
+        self._copies()
+        self._offsets()
+        return CheckResult(self.anomalies, self._stats())
+
+    # -- what was seen where ---------------------------------------------------------------
+
+    def _observe(self, t: str, p: int, o: int, value: str, source: str) -> None:
+        self.where[value].add((t, p, o))
+        self.at[(t, p, o)].add(value)
+        self.first_source.setdefault((t, p, o, value), source)
+
+    def _observations(self) -> None:
+        m = self.model
+        for txn in m.txns.values():
+            for value, (t, p, o) in txn.delivered.items():
+                if o >= 0:
+                    self._observe(t, p, o, value, f"delivery to {txn.process}")
+            for t, p, o, value in txn.reads:
+                self._observe(t, p, o, value, f"read by {txn.process}")
+        for session in m.sessions.values():
+            for t, p, o, value in session.records:
+                self._observe(t, p, o, value, f"read by {session.process}")
+
+    def _consistency(self) -> None:
+        for (t, p, o), values in sorted(self.at.items()):
+            if len(values) > 1:
+                sources = {v: self.first_source[(t, p, o, v)] for v in sorted(values)}
+                self.flag(
+                    "inconsistent-offset",
+                    f"{t}-{p} offset {o} holds {len(values)} values",
+                    topic=t,
+                    partition=p,
+                    offset=o,
+                    values=sources,
+                )
+        for value, places in sorted(self.where.items()):
+            if len(places) > 1:
+                self.flag(
+                    "duplicate",
+                    f"value {value!r} at {len(places)} offsets",
+                    value=value,
+                    offsets=[list(x) for x in sorted(places)],
+                    writer=self._writer_id(value),
+                )
+
+    def _writer_id(self, value: str) -> str | None:
+        txn = self.model.writer.get(value)
+        return txn.id if txn else None
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def _committed_reads(self) -> Iterable[tuple[str, Record]]:
+        m = self.model
+        for session in m.sessions.values():
+            if session.isolation == READ_COMMITTED:
+                for record in session.records:
+                    yield session.process, record
+        for txn in m.txns.values():
+            for record in txn.reads:  # copiers read read_committed
+                yield txn.process, record
+
+    def _reads(self) -> None:
+        m = self.model
+        flagged: set[tuple[str, str]] = set()
+        for session in m.sessions.values():
+            for t, p, o, value in session.records:
+                self._check_placed(session.process, t, p, o, value, flagged)
+        for process, (t, p, o, value) in self._committed_reads():
+            self._check_placed(process, t, p, o, value, flagged)
+            txn = m.writer.get(value)
+            if txn is not None and txn.aborted and (process, value) not in flagged:
+                flagged.add((process, value))
+                self.flag(
+                    "aborted-read",
+                    f"{process} read {value!r} at {t}-{p}:{o}, written by transaction "
+                    f"{txn.id}, which did not commit ({txn.error or txn.intent})",
+                    reader=process,
+                    topic=t,
+                    partition=p,
+                    offset=o,
+                    value=value,
+                    txn=txn.id,
+                    txn_outcome=txn.outcome,
+                )
+
+    def _check_placed(
+        self, process: str, t: str, p: int, o: int, value: str, flagged: set[tuple[str, str]]
+    ) -> None:
+        expected = self.model.written_to.get(value)
+        if expected == (t, p) or (process, value) in flagged:
+            return
+        flagged.add((process, value))
+        where = "nobody wrote it" if expected is None else f"it was written to {expected}"
+        self.flag(
+            "phantom-read",
+            f"{process} read {value!r} at {t}-{p}:{o}, but {where}",
+            reader=process,
+            topic=t,
+            partition=p,
+            offset=o,
+            value=value,
+        )
+
+    def _sessions(self) -> None:
+        """Per consumer: offsets only go up, nothing is skipped, transactions are whole."""
+        expected = {
+            READ_COMMITTED: self._sorted(self.final_rc),
+            READ_UNCOMMITTED: self._sorted(self.final_ru),
+        }
+        for session in self.model.sessions.values():
+            last: dict[TopicPartition, int] = {}
+            torn: dict[str, str] = {}
+            if session.isolation == READ_COMMITTED and session.process not in self.final_processes:
+                torn = self._torn_in_session(session)  # the final pass is judged as a whole
+            for t, p, o, value in session.records:
+                tp = (t, p)
+                previous = last.get(tp, -1)
+                if tp in last and o <= previous:
+                    self.flag(
+                        "nonmonotonic-poll",
+                        f"{session.process} got {t}-{p}:{o} after offset {previous}",
+                        reader=session.process,
+                        topic=t,
+                        partition=p,
+                        offset=o,
+                        previous_offset=previous,
+                        value=value,
+                    )
+                elif o > previous + 1:
+                    self._skip(session, tp, previous, o, expected[session.isolation], torn)
+                last[tp] = max(previous, o)
+
+    @staticmethod
+    def _sorted(final: FinalPass) -> dict[TopicPartition, tuple[list[int], list[str]]]:
+        out = {}
+        for tp, offsets in final.at.items():
+            keys = sorted(offsets)
+            out[tp] = (keys, [offsets[k] for k in keys])
+        return out
+
+    def _skip(
+        self,
+        session: Session,
+        tp: TopicPartition,
+        previous: int,
+        offset: int,
+        expected: dict[TopicPartition, tuple[list[int], list[str]]],
+        torn: dict[str, str],
+    ) -> None:
+        keys, values = expected.get(tp, ([], []))
+        lo, hi = bisect.bisect_right(keys, previous), bisect.bisect_left(keys, offset)
+        missed = [(keys[i], values[i]) for i in range(lo, hi) if values[i] not in torn]
+        if not missed:
+            return
+        t, p = tp
+        self.flag(
+            "poll-skip",
+            f"{session.process} went from {t}-{p}:{previous} to {offset}, past "
+            f"{len(missed)} record(s) it should have read",
+            reader=session.process,
+            isolation=session.isolation,
+            topic=t,
+            partition=p,
+            from_offset=previous,
+            to_offset=offset,
+            missed=[list(x) for x in _short(missed)],
+            missed_count=len(missed),
+        )
+
+    def _torn_in_session(self, session: Session) -> dict[str, str]:
+        """Transactions this read_committed consumer saw part of, having gone past the offset
+        of another of their writes without seeing it. Returns missed value -> transaction."""
+        m = self.model
+        furthest: dict[TopicPartition, int] = {}
+        seen: set[str] = set()
+        for t, p, o, value in session.records:
+            furthest[(t, p)] = max(furthest.get((t, p), -1), o)
+            seen.add(value)
+        missed: dict[str, str] = {}
+        checked: set[str] = set()
+        for value in seen:
+            txn = m.writer.get(value)
+            if txn is None or txn.id in checked:
+                continue
+            checked.add(txn.id)
+            passed = []
+            for t, p, other in txn.writes:
+                if other in seen:
+                    continue
+                offsets = [po for pt, pp, po in self.where.get(other, ()) if (pt, pp) == (t, p)]
+                if offsets and furthest.get((t, p), -1) > min(offsets):
+                    passed.append((t, p, min(offsets), other))
+            if passed:
+                for *_, other in passed:
+                    missed[other] = txn.id
+                self.flag(
+                    "torn-transaction",
+                    f"{session.process} saw part of transaction {txn.id} and read past "
+                    f"{len(passed)} of its other write(s) without them",
+                    reader=session.process,
+                    txn=txn.id,
+                    txn_outcome=txn.outcome,
+                    seen=_short(v for _, _, v in txn.writes if v in seen),
+                    passed=[list(x) for x in _short(passed)],
+                )
+        return missed
+
+    # -- the final state -------------------------------------------------------------------
+
+    def _final(self) -> None:
+        m = self.model
+        if not m.finals:
+            return
+        for tp, complete in sorted(self.final_rc.complete.items()):
+            if not complete:
+                position, hw = self.final_rc.ends[tp]
+                self.flag(
+                    "hanging-transaction",
+                    f"the final read_committed pass stopped at {tp[0]}-{tp[1]}:{position}, "
+                    f"below the high watermark {hw}: a transaction there never completed",
+                    topic=tp[0],
+                    partition=tp[1],
+                    position=position,
+                    high_watermark=hw,
+                )
+        rc_done = {tp for tp, ok in self.final_rc.complete.items() if ok}
+        ru_done = {tp for tp, ok in self.final_ru.complete.items() if ok}
+        ru_values = {v for offsets in self.final_ru.at.values() for v in offsets.values()}
+        committed = self.committed_values
+        for txn in m.txns.values():
+            visible = [(t, p, v) for t, p, v in txn.writes if v in committed]
+            hidden = [
+                (t, p, v) for t, p, v in txn.writes if v not in committed and (t, p) in rc_done
+            ]
+            if visible and hidden:
+                self.flag(
+                    "torn-transaction",
+                    f"transaction {txn.id} ({txn.outcome}) is partly visible in the final "
+                    f"read: {len(visible)} value(s) committed, {len(hidden)} not",
+                    txn=txn.id,
+                    txn_outcome=txn.outcome,
+                    visible=[list(x) for x in _short(visible)],
+                    missing=[list(x) for x in _short(hidden)],
+                )
+            elif txn.committed and hidden:
+                self.flag(
+                    "lost-write",
+                    f"transaction {txn.id} committed (acknowledged), but {len(hidden)} of its "
+                    "value(s) are missing from the final read_committed pass",
+                    txn=txn.id,
+                    missing=[
+                        [t, p, txn.delivered.get(v, (t, p, -1))[2], v] for t, p, v in _short(hidden)
+                    ],
+                )
+            lost = [
+                (t, p, o, v)
+                for v, (t, p, o) in txn.delivered.items()
+                if o >= 0 and v not in ru_values and (t, p) in ru_done
+            ]
+            if lost:
+                self.flag(
+                    "lost-write",
+                    f"transaction {txn.id}: {len(lost)} acknowledged write(s) missing from "
+                    "the log (final read_uncommitted pass)",
+                    txn=txn.id,
+                    txn_outcome=txn.outcome,
+                    missing=[list(x) for x in _short(lost)],
+                )
+        # A value a read_committed consumer saw was committed; it must still be there.
+        reported: set[str] = set()
+        for process, (t, p, o, value) in self._committed_reads():
+            if process in self.final_processes or value in committed or value in reported:
+                continue
+            txn = m.writer.get(value)
+            if (t, p) not in rc_done or txn is None or txn.aborted:
+                continue
+            reported.add(value)
+            self.flag(
+                "lost-write",
+                f"{process} read {value!r} at {t}-{p}:{o} read_committed, but the final "
+                "read_committed pass does not have it",
+                reader=process,
+                topic=t,
+                partition=p,
+                offset=o,
+                value=value,
+                txn=txn.id,
+                txn_outcome=txn.outcome,
+            )
+
+    def _copies(self) -> None:
+        """Consume-transform-produce: the committed copies and the committed offsets agree."""
+        m = self.model
+        if m.final_offsets is None:
+            return
+        copies: dict[str, list[tuple[str, int, int, str]]] = defaultdict(list)
+        for (t, p), offsets in self.final_rc.at.items():
+            for o, value in offsets.items():
+                txn = m.writer.get(value)
+                if txn is not None and txn.reads and COPY_MARK in value:
+                    copies[value.rpartition(COPY_MARK)[0]].append((t, p, o, value))
+        for source, found in copies.items():
+            if len(found) > 1:
+                self.flag(
+                    "duplicate",
+                    f"input {source!r} copied {len(found)} times into committed output",
+                    value=source,
+                    copies=[list(x) for x in found],
+                )
+        for tp, group_offset in sorted(m.final_offsets.items()):
+            if not self.final_rc.complete.get(tp, False):
+                continue
+            for o, value in sorted(self.final_rc.at.get(tp, {}).items()):
+                if o < group_offset and value not in copies:
+                    self.flag(
+                        "lost-write",
+                        f"input {value!r} at {tp[0]}-{tp[1]}:{o} is below the group's "
+                        f"committed offset {group_offset}, but no copy of it is committed",
+                        topic=tp[0],
+                        partition=tp[1],
+                        offset=o,
+                        value=value,
+                        group_offset=group_offset,
+                    )
+                elif o >= group_offset and value in copies:
+                    self.flag(
+                        "torn-transaction",
+                        f"input {value!r} at {tp[0]}-{tp[1]}:{o} has a committed copy, but the "
+                        f"group's committed offset {group_offset} is not past it",
+                        topic=tp[0],
+                        partition=tp[1],
+                        offset=o,
+                        value=value,
+                        group_offset=group_offset,
+                        copies=[list(x) for x in copies[value]],
+                    )
+
+    def _offsets(self) -> None:
+        """Every committed group offset seen was committed by a transaction that committed
+        (or may have)."""
+        m = self.model
+        by_offset: dict[tuple[TopicPartition, int], list[Txn]] = defaultdict(list)
+        for txn in m.txns.values():
+            for tp, o in txn.offsets.items():
+                by_offset[(tp, o)].append(txn)
+        observations = list(m.offset_reads)
+        if m.final_offsets is not None:
+            observations.append((None, m.final_offsets))  # type: ignore[arg-type]
+        reported: set[tuple[TopicPartition, int]] = set()
+        for op, found in observations:
+            for tp, o in sorted(found.items()):
+                if o < 0 or (tp, o) in reported:
+                    continue
+                writers = by_offset.get((tp, o), [])
+                where = "the final offsets" if op is None else f"offsets read at op {op.index}"
+                if not writers:
+                    reported.add((tp, o))
+                    self.flag(
+                        "phantom-offsets",
+                        f"{where}: {tp[0]}-{tp[1]} committed at {o}, which no transaction "
+                        "committed",
+                        topic=tp[0],
+                        partition=tp[1],
+                        offset=o,
+                    )
+                elif all(txn.aborted for txn in writers):
+                    reported.add((tp, o))
+                    self.flag(
+                        "aborted-offsets",
+                        f"{where}: {tp[0]}-{tp[1]} committed at {o}, which only aborted "
+                        f"transaction(s) committed: {[t.id for t in writers]}",
+                        topic=tp[0],
+                        partition=tp[1],
+                        offset=o,
+                        txns={t.id: t.error or t.intent for t in writers},
+                    )
+
+    # -- figures ---------------------------------------------------------------------------
+
+    def _stats(self) -> dict[str, Any]:
+        m = self.model
+        outcomes = Counter(t.outcome or UNKNOWN for t in m.txns.values())
+        committed = self.committed_values
+        unknown_visible = sum(
+            1
+            for t in m.txns.values()
+            if t.uncertain and any(v in committed for _, _, v in t.writes)
+        )
+        return {
+            "operations": m.ops,
+            "transactions": len(m.txns),
+            "committed": outcomes.get(OK, 0),
+            "aborted": outcomes.get(FAIL, 0),
+            "unknown": outcomes.get(UNKNOWN, 0),
+            "unknown_committed": unknown_visible,
+            "aborted_on_purpose": sum(1 for t in m.txns.values() if t.intent != COMMIT),
+            "copy_transactions": sum(1 for t in m.txns.values() if t.reads),
+            "values_written": len(m.writer),
+            "values_committed": len(committed),
+            "polls_records": sum(
+                len(s.records) for s in m.sessions.values() if s.process not in self.final_processes
+            ),
+            "offset_reads": len(m.offset_reads),
+            "faults": dict(m.faults),
+        }
+
+
+def check(ops: Iterable[Op]) -> CheckResult:
+    """Check a history (operations in the order they were recorded)."""
+    return Checker(ops).run()

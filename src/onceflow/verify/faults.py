@@ -1,0 +1,396 @@
+"""The fault injector (Jepsen's nemesis): faults chosen by flag, mixed at random with a seed.
+
+One fault at a time: a calm spell, then a fault held for a while, then healed, each recorded
+in the history (process `nemesis`: invoke when injected, ok when healed, fail if it could not
+be injected). Kinds:
+- kill: SIGKILL of the broker, restarted (same port, same data) after a moment;
+- pause: SIGSTOP of the broker or of one client process, SIGCONT after long enough to trip
+  request and transaction timeouts;
+- crash-client: SIGKILL of a client process, mid-transaction or mid-poll; a new instance
+  starts (same transactional.id, so it fences the old one);
+- partition: one client's or every client's connections cut, black-holed or delayed by the
+  proxy;
+- disk: the broker's data directory's filesystem filled up, then freed.
+
+The broker faults (kill, disk, pausing the broker) need the embedded broker; against another
+cluster only the client-side faults apply.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+from onceflow.broker.embedded import BrokerStartError, EmbeddedBroker
+from onceflow.verify.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
+from onceflow.verify.proxy import KafkaProxy
+
+BROKER = "broker"  # history process and function of the broker's own exits and restarts
+KILL, PAUSE, PARTITION, CRASH_CLIENT, DISK = "kill", "pause", "partition", "crash-client", "disk"
+FAULT_KINDS = (KILL, PAUSE, PARTITION, CRASH_CLIENT, DISK)
+BROKER_ONLY = frozenset({KILL, DISK})  # need the embedded broker
+
+
+class FaultError(RuntimeError):
+    """A fault could not be injected or healed (the broker would not restart, say)."""
+
+
+class DiskUnavailableError(RuntimeError):
+    """No small filesystem can be mounted here (no root, or mounts not allowed)."""
+
+
+def parse_faults(text: str) -> tuple[str, ...]:
+    """`kill,pause` / `all` / `none` to fault kinds, in FAULT_KINDS order."""
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    if names == {"none"} or not names:
+        return ()
+    if "all" in names:
+        return FAULT_KINDS
+    unknown = names - set(FAULT_KINDS)
+    if unknown:
+        raise ValueError(
+            f"unknown fault(s) {', '.join(sorted(unknown))}: expected "
+            f"{', '.join(FAULT_KINDS)}, all or none"
+        )
+    return tuple(k for k in FAULT_KINDS if k in names)
+
+
+class Clients(Protocol):
+    """The client processes, as the nemesis needs them (see workers.WorkerPool)."""
+
+    def names(self, roles: tuple[str, ...] | None = None) -> list[str]: ...
+    def pause(self, name: str, moment: str = "any") -> str: ...
+    def resume(self, name: str) -> None: ...
+    def crash(self, name: str, moment: str = "any") -> str: ...
+    def start(self, name: str) -> str: ...
+
+
+class SmallDisk:
+    """A small tmpfs for the broker's data directory, which a ballast file can fill up."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ballast = path / "ballast"
+        self.mounted = False
+
+    @classmethod
+    def mount(cls, path: Path, size_mb: int) -> SmallDisk:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            raise DiskUnavailableError("mounting a small filesystem needs root")
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise DiskUnavailableError(f"mount -t tmpfs failed: {done.stderr.strip()}")
+        disk = cls(path)
+        disk.mounted = True
+        return disk
+
+    def free_bytes(self) -> int:
+        stat = os.statvfs(self.path)
+        return stat.f_bavail * stat.f_frsize
+
+    def fill(self) -> int:
+        """Take every free byte; returns how many the ballast holds."""
+        held = 0
+        fd = os.open(self.ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            chunk = 1 << 30
+            while chunk >= 4096:
+                try:
+                    os.posix_fallocate(fd, held, chunk)
+                    held += chunk
+                except OSError as e:
+                    if e.errno not in (errno.ENOSPC, errno.EFBIG):
+                        raise
+                    chunk //= 2
+        finally:
+            os.close(fd)
+        return held
+
+    def free(self) -> None:
+        self.ballast.unlink(missing_ok=True)
+
+    def unmount(self) -> None:
+        if not self.mounted:
+            return
+        done = subprocess.run(["umount", str(self.path)], capture_output=True, check=False)
+        if done.returncode != 0:  # still busy: detach now, released when the last file closes
+            subprocess.run(["umount", "-l", str(self.path)], capture_output=True, check=False)
+        self.mounted = False
+
+
+class SupervisedBroker:
+    """The embedded broker, restarted whenever it exits on its own, as a service manager
+    restarts Kafka after it halted on a failed disk; exits and restarts go in the history
+    (process `broker`). The nemesis holds it down while it kills it on purpose."""
+
+    def __init__(self, broker: EmbeddedBroker, history: History) -> None:
+        self.broker, self.history = broker, history
+        self.exits = 0  # exits the nemesis did not cause
+        self.restarts = 0
+        self._held = False
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="verify-broker", daemon=True)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+    def start(self) -> None:
+        self.broker.start()
+        self._thread.start()
+
+    def running(self) -> bool:
+        process = self.broker.process
+        return process is not None and process.poll() is None
+
+    def kill(self) -> None:
+        with self._lock:
+            self._held = True
+            self.broker.kill()
+
+    def restart(self) -> None:
+        with self._lock:
+            restart_broker(self.broker)
+            self._held = False
+
+    def pause(self) -> None:
+        self.broker.pause()
+
+    def resume(self) -> None:
+        if self.running():
+            self.broker.resume()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            with self._lock:
+                process = self.broker.process
+                if self._held or process is None or process.poll() is None:
+                    continue
+                self.exits += 1
+                tail = list(self.broker.output)[-3:]
+                self.history.append(
+                    BROKER,
+                    INFO,
+                    BROKER,
+                    {"event": "exited", "code": process.returncode, "tail": tail},
+                )
+                while not self._stop.is_set():
+                    try:
+                        self.broker.start()
+                        self.restarts += 1
+                        self.history.append(BROKER, INFO, BROKER, {"event": "restarted"})
+                        break
+                    except BrokerStartError as e:
+                        error = str(e).splitlines()[-1:]
+                        self.history.append(
+                            BROKER, INFO, BROKER, {"event": "restart-failed", "error": error}
+                        )
+                        self._stop.wait(1.0)
+
+    def stop(self) -> int | None:
+        """Stop supervising, then stop the broker cleanly; returns its exit code."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(60)
+        self.resume()
+        return self.broker.stop()
+
+
+@dataclass
+class Targets:
+    broker: SupervisedBroker | None
+    clients: Clients
+    proxy: KafkaProxy | None
+    disk: SmallDisk | None
+    # Client roles whose processes are paused or crashed most (the transactional ones).
+    writers: tuple[str, ...] = ("producer", "copier")
+
+
+def restart_broker(broker: EmbeddedBroker, attempts: int = 3) -> None:
+    for attempt in range(attempts):
+        try:
+            broker.start()
+            return
+        except BrokerStartError as e:
+            if attempt == attempts - 1:
+                raise FaultError(f"the broker does not restart: {e}") from e
+
+
+class Nemesis:
+    """Injects the chosen faults one at a time, in a thread, until stopped."""
+
+    def __init__(
+        self,
+        kinds: tuple[str, ...],
+        targets: Targets,
+        history: History,
+        rng: random.Random,
+        calm: tuple[float, float] = (1.0, 4.0),
+        scale: float = 1.0,
+    ) -> None:
+        self.kinds, self.targets, self.history, self.rng = kinds, targets, history, rng
+        self.calm = calm
+        self.scale = scale  # hold times are for a 10 s transaction timeout; scaled with it
+        self._deck: list[str] = []
+        self.injected: dict[str, int] = dict.fromkeys(kinds, 0)
+        self.current: str | None = None
+        self.error: Exception | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="verify-nemesis", daemon=True)
+
+    def start(self) -> None:
+        if self.kinds:
+            self._thread.start()
+
+    def stop(self, timeout: float = 120) -> None:
+        """Heal the fault in progress and stop injecting."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.rng.uniform(*self.calm)):
+                if not self._deck:  # every kind once per round, in a random order
+                    self._deck = list(self.kinds)
+                    self.rng.shuffle(self._deck)
+                self._one(self._deck.pop())
+        except (FaultError, OSError) as e:
+            self.error = e
+            self.history.append(NEMESIS, INFO, "error", {"error": str(e)})
+
+    def _one(self, kind: str) -> None:
+        plan = self._plan(kind)
+        if plan is None:
+            return
+        hold, inject, heal = plan.pop("hold"), plan.pop("inject"), plan.pop("heal")
+        self.history.append(NEMESIS, INVOKE, kind, plan)
+        self.current = f"{kind} {plan.get('target', '')} {plan.get('mode', '')}".strip()
+        try:
+            extra = inject() or {}
+        except (FaultError, OSError) as e:
+            self.history.append(NEMESIS, FAIL, kind, {**plan, "error": str(e)})
+            self.current = None
+            return
+        self.injected[kind] += 1
+        self._stop.wait(hold)
+        try:
+            healed = heal() or {}
+        except (FaultError, OSError) as e:
+            self.history.append(NEMESIS, FAIL, kind, {**plan, **extra, "error": str(e)})
+            raise
+        finally:
+            self.current = None
+        self.history.append(NEMESIS, OK, kind, {**plan, **extra, **healed})
+
+    # -- plans: what to do, for how long, and how to undo it --------------------------------
+
+    def _plan(self, kind: str) -> dict[str, Any] | None:
+        t, rng = self.targets, self.rng
+        if kind == KILL and t.broker is not None:
+            broker = t.broker
+            return self._make("broker", rng.uniform(0.2, 3.0), broker.kill, broker.restart)
+        if kind == PAUSE:
+            if t.broker is not None and rng.random() < 0.4:
+                broker = t.broker
+                hold = self._hold(2.0, 10.0)
+                return self._make("broker", hold, broker.pause, broker.resume)
+            name = self._client()
+            if name is None:
+                return None
+            moment = self._moment(name)
+            plan = self._make(
+                name,
+                self._hold(3.0, 15.0),
+                lambda: {"process": t.clients.pause(name, moment)},
+                lambda: t.clients.resume(name),
+            )
+            return {**plan, "moment": moment}
+        if kind == CRASH_CLIENT:
+            name = self._client()
+            if name is None:
+                return None
+            moment = self._moment(name)
+            plan = self._make(
+                name,
+                rng.uniform(0.0, 2.0),
+                lambda: {"process": t.clients.crash(name, moment)},
+                lambda: {"restarted": t.clients.start(name)},
+            )
+            return {**plan, "moment": moment}
+        if kind == PARTITION and t.proxy is not None:
+            return self._partition(t.proxy)
+        if kind == DISK and t.disk is not None:
+            disk = t.disk
+            return self._make(
+                "broker data directory",
+                self._hold(2.0, 8.0),
+                lambda: {"ballast_bytes": disk.fill(), "free_bytes": disk.free_bytes()},
+                disk.free,
+            )
+        return None
+
+    def _partition(self, proxy: KafkaProxy) -> dict[str, Any] | None:
+        rng = self.rng
+        everyone = self.targets.clients.names()
+        if not everyone:
+            return None
+        isolated = everyone if rng.random() < 0.3 else [rng.choice(everyone)]
+        target = "all clients" if len(isolated) > 1 else isolated[0]
+        mode = rng.choice(("cut", "blackhole", "delay"))
+        hold = self._hold(2.0, 10.0)
+        latency = round(rng.uniform(0.05, 1.0), 3)
+        inject: Callable[[], Any] = {
+            "cut": partial(proxy.cut, isolated),
+            "blackhole": partial(proxy.blackhole, isolated),
+            "delay": partial(proxy.delay, isolated, latency),
+        }[mode]
+        plan = self._make(target, hold, inject, partial(proxy.heal, isolated))
+        plan["mode"] = mode
+        if mode == "delay":
+            plan["latency_s"] = latency
+        return plan
+
+    def _hold(self, low: float, high: float) -> float:
+        return self.rng.uniform(low, high) * self.scale
+
+    def _moment(self, name: str) -> str:
+        """When to strike a transactional client: any time, inside a transaction, or while
+        its commit is in flight (the outcome is then unknown to it)."""
+        if name not in self.targets.clients.names(self.targets.writers):
+            return "any"
+        return self.rng.choice(("any", "in-txn", "committing"))
+
+    def _client(self) -> str | None:
+        clients = self.targets.clients
+        writers = clients.names(self.targets.writers)
+        pool = writers if writers and self.rng.random() < 0.75 else clients.names()
+        return self.rng.choice(pool) if pool else None
+
+    @staticmethod
+    def _make(
+        target: str, hold: float, inject: Callable[[], Any], heal: Callable[[], Any]
+    ) -> dict[str, Any]:
+        return {
+            "target": target,
+            "seconds": round(hold, 3),
+            "hold": hold,
+            "inject": inject,
+            "heal": heal,
+        }

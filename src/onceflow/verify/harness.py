@@ -1,0 +1,559 @@
+"""One verify run: broker (embedded or not), proxy, clients, faults, final reads, checker.
+
+1. Start the broker (embedded: a child process, its data on a small filesystem when the disk
+   fault is asked for) and, for the partition fault, the proxy.
+2. Create the topics, start the clients (each its own process) and the nemesis.
+3. At the deadline: heal, stop the nemesis, stop the clients (each finishes its operation).
+4. Final reads, straight to the broker: read_committed and read_uncommitted passes over
+   every partition to its high watermark (waiting for transactions left open by crashed
+   clients to be aborted by the broker's transaction timeout), and the copiers' offsets.
+5. Check the history.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import shutil
+import tempfile
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.verify.checker import CheckResult, check
+from onceflow.verify.faults import (
+    BROKER_ONLY,
+    DISK,
+    PARTITION,
+    DiskUnavailableError,
+    Nemesis,
+    SmallDisk,
+    SupervisedBroker,
+    Targets,
+)
+from onceflow.verify.history import (
+    FAIL,
+    FINAL,
+    FINAL_READ,
+    INFO,
+    INVOKE,
+    NEMESIS,
+    OFFSETS,
+    OK,
+    POLL,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    TXN,
+    UNKNOWN,
+    History,
+)
+from onceflow.verify.proxy import KafkaProxy
+from onceflow.verify.workers import WorkerPool
+from onceflow.verify.workload import (
+    COPIER,
+    OFFSETS_READER,
+    PRODUCER,
+    READER,
+    WorkloadSpec,
+)
+
+# The broker aborts the transactions of crashed or paused clients quickly, so that the run
+# sees fencing by timeout too; small segments exercise rolls and producer-state snapshots.
+EMBEDDED_SETTINGS = {
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    "group.initial.rebalance.delay.ms": "0",
+    "auto.create.topics.enable": "false",
+    "log.segment.bytes": str(1 << 20),
+}
+
+
+class _LogTail(deque[str]):
+    """EmbeddedBroker keeps the last lines of its broker's output; this also writes them all
+    to a file, so a run's broker log survives for the post-mortem."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(maxlen=200)
+        self._file = path.open("a", encoding="utf-8")
+
+    def append(self, line: str) -> None:
+        super().append(line)
+        self._file.write(line + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class VerifyError(RuntimeError):
+    """The run could not be carried out (not an anomaly: the harness or the setup failed)."""
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    duration_s: float = 60.0
+    faults: tuple[str, ...] = ()
+    seed: int = 0
+    bootstrap: str | None = None  # None: the embedded broker
+    work_dir: Path | None = None  # kept; by default a temporary one, kept only on anomalies
+    producers: int = 3
+    copiers: int = 2
+    committed_readers: int = 2
+    uncommitted_readers: int = 1
+    disk_size_mb: int = 256
+    calm_s: tuple[float, float] = (1.0, 4.0)
+    transaction_timeout_ms: int = 10_000
+
+    @property
+    def embedded(self) -> bool:
+        return self.bootstrap is None
+
+
+@dataclass
+class Progress:
+    phase: str
+    elapsed_s: float
+    duration_s: float
+    operations: int = 0
+    committed: int = 0
+    aborted: int = 0
+    unknown: int = 0
+    records_read: int = 0
+    faults: int = 0
+    current_fault: str | None = None
+
+
+@dataclass
+class VerifyRun:
+    options: VerifyOptions
+    result: CheckResult
+    work_dir: Path
+    history_path: Path
+    elapsed_s: float
+    faults_injected: dict[str, int]
+    unavailable: dict[str, str]  # fault -> why it could not be used
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.result.valid and not self.errors
+
+
+class _Tally:
+    """Running figures for the progress line, read incrementally from the history."""
+
+    def __init__(self, history: History) -> None:
+        self.history, self.seen = history, 0
+        self.counts: Counter[str] = Counter()
+
+    def update(self) -> Counter[str]:
+        ops = self.history.ops
+        end = len(ops)
+        for op in ops[self.seen : end]:
+            if op.f == TXN and op.type != INVOKE:
+                self.counts[op.type] += 1
+            elif op.f == POLL and op.type == OK:
+                self.counts["records"] += len(op.value.get("records", []))
+            elif op.process == NEMESIS and op.type == INVOKE:
+                self.counts["faults"] += 1
+        self.seen = end
+        return self.counts
+
+
+def run_verify(
+    options: VerifyOptions, progress: Callable[[Progress], None] | None = None
+) -> VerifyRun:
+    report = progress or (lambda p: None)
+    started = time.monotonic()
+    temporary = options.work_dir is None
+    work_dir = options.work_dir or Path(tempfile.mkdtemp(prefix="onceflow-verify-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    (work_dir / "logs").mkdir(exist_ok=True)
+    history_path = work_dir / "history.jsonl"
+    history = History(history_path, start=started)
+    rng = random.Random(options.seed)
+    tag = secrets.token_hex(3)
+    unavailable: dict[str, str] = {}
+    notes: list[str] = []
+    errors: list[str] = []
+    kinds = list(options.faults)
+    if not options.embedded:
+        for kind in BROKER_ONLY & set(kinds):
+            unavailable[kind] = "needs the embedded broker"
+        kinds = [k for k in kinds if k not in BROKER_ONLY]
+
+    disk: SmallDisk | None = None
+    broker: SupervisedBroker | None = None
+    proxy: KafkaProxy | None = None
+    pool: WorkerPool | None = None
+    nemesis: Nemesis | None = None
+    broker_log: _LogTail | None = None
+    details: dict[str, Any] = {"topic_tag": tag}
+    try:
+        if options.embedded:
+            if DISK in kinds:
+                try:
+                    disk = SmallDisk.mount(work_dir / "disk", options.disk_size_mb)
+                except DiskUnavailableError as e:
+                    unavailable[DISK] = str(e)
+                    kinds.remove(DISK)
+            data_dir = (disk.path if disk else work_dir) / "data"
+            embedded = EmbeddedBroker(data_dir, settings=EMBEDDED_SETTINGS, log_level="INFO")
+            embedded.output = broker_log = _LogTail(work_dir / "logs" / "broker.log")
+            broker = SupervisedBroker(embedded, history)
+            report(Progress("starting broker", 0, options.duration_s))
+            broker.start()
+            bootstrap = broker.bootstrap
+        else:
+            assert options.bootstrap is not None
+            bootstrap = options.bootstrap
+        workload = WorkloadSpec(
+            topics={f"verify-{tag}-a": 3, f"verify-{tag}-b": 2},
+            copy_output=f"verify-{tag}-copy",
+            copy_output_partitions=2,
+            copy_group=f"verify-{tag}-copiers",
+            producers=options.producers,
+            copiers=options.copiers,
+            committed_readers=options.committed_readers,
+            uncommitted_readers=options.uncommitted_readers,
+            transaction_timeout_ms=options.transaction_timeout_ms,
+        )
+        details["topics"] = {**workload.topics, workload.copy_output: 2}
+        details["group"] = workload.copy_group
+        report(Progress("creating topics", time.monotonic() - started, options.duration_s))
+        create_topics(bootstrap, {**workload.topics, workload.copy_output: 2})
+
+        if PARTITION in kinds:
+            proxy = KafkaProxy().start()
+        route = proxy
+        pool = WorkerPool(
+            history,
+            workload,
+            options.seed,
+            work_dir / "logs",
+            (lambda name: route.bootstrap_for(name, bootstrap)) if route else lambda _: bootstrap,
+        )
+        for slot in range(options.producers):
+            pool.add(PRODUCER, slot)
+        for slot in range(options.copiers):
+            pool.add(COPIER, slot)
+        for slot in range(options.committed_readers):
+            pool.add(READER, slot, READ_COMMITTED)
+        for slot in range(options.uncommitted_readers):
+            pool.add(READER, slot, READ_UNCOMMITTED)
+        if options.copiers:
+            pool.add(OFFSETS_READER, 0)
+        pool.start_all()
+
+        nemesis = Nemesis(
+            tuple(kinds),
+            Targets(broker, pool, proxy, disk),
+            history,
+            rng,
+            calm=options.calm_s,
+            scale=options.transaction_timeout_ms / 10_000,
+        )
+        nemesis.start()
+        tally = _Tally(history)
+        run_started = time.monotonic()
+        while (elapsed := time.monotonic() - run_started) < options.duration_s:
+            time.sleep(min(1.0, max(0.05, options.duration_s - elapsed)))
+            counts = tally.update()
+            report(
+                Progress(
+                    "running",
+                    time.monotonic() - run_started,
+                    options.duration_s,
+                    len(history),
+                    counts[OK],
+                    counts[FAIL],
+                    counts[UNKNOWN],
+                    counts["records"],
+                    counts["faults"],
+                    nemesis.current,
+                )
+            )
+            if nemesis.error is not None:
+                errors.append(f"fault injection failed: {nemesis.error}")
+                break
+        report(Progress("healing", time.monotonic() - run_started, options.duration_s))
+        nemesis.stop()
+        if nemesis.error is not None and not errors:
+            errors.append(f"fault injection failed: {nemesis.error}")
+        if proxy is not None:
+            proxy.heal()
+        report(Progress("stopping clients", time.monotonic() - run_started, options.duration_s))
+        stop_s = 3 * options.transaction_timeout_ms / 1000 + 10
+        killed = pool.stop(timeout=stop_s, roles=(PRODUCER,))
+        if options.copiers:
+            # As Kafka's system test: the copiers copy the whole input before they stop, so
+            # that the check "committed input = committed output" covers all of it.
+            report(Progress("copiers draining", time.monotonic() - run_started, options.duration_s))
+            drained = wait_drained(bootstrap, workload, max(60.0, 4 * stop_s), tag)
+            details["copiers_drained"] = drained
+            if not drained:
+                notes.append("the copiers did not copy all the input before the deadline")
+        killed += pool.stop(timeout=stop_s)
+        if killed:
+            notes.append(f"clients killed at the end (did not stop in time): {killed}")
+        details["unexpected_client_exits"] = pool.unexpected_exits
+        details["torn_lines"] = pool.torn_lines
+        if proxy is not None:
+            details["proxy"] = vars(proxy.stats)
+        if broker is not None:
+            details["broker_exits"] = broker.exits  # halts on a full disk, say
+            details["broker_restarts"] = broker.restarts
+        if broker is not None and not broker.running():
+            errors.append("the broker is not running at the end of the run")
+        else:
+            report(Progress("final reads", time.monotonic() - run_started, options.duration_s))
+            settle_s = max(60.0, 3 * options.transaction_timeout_ms / 1000 + 30)
+            for isolation in (READ_COMMITTED, READ_UNCOMMITTED):
+                final_pass(bootstrap, workload, isolation, history, settle_s, tag)
+            final_offsets(bootstrap, workload, history)
+        report(Progress("checking", time.monotonic() - run_started, options.duration_s))
+        history.close()
+        result = check(history.ops)
+        # A run where nothing got through proves nothing: that is a failure, not a pass.
+        if options.producers and not result.stats["committed"]:
+            errors.append("no transaction committed: the workload made no progress")
+        if not result.stats["polls_records"]:
+            errors.append("no consumer read anything: the workload made no progress")
+        faults_injected = dict(nemesis.injected)
+    finally:
+        if nemesis is not None:
+            nemesis.stop()
+        if pool is not None:
+            pool.stop(timeout=5)
+        if proxy is not None:
+            proxy.close()
+        if broker is not None and broker.stop() not in (0, None):
+            notes.append("the broker did not shut down cleanly")
+        if disk is not None:
+            disk.unmount()
+        if broker_log is not None:
+            broker_log.close()
+        history.close()
+    run = VerifyRun(
+        options,
+        result,
+        work_dir,
+        history_path,
+        time.monotonic() - started,
+        faults_injected,
+        unavailable,
+        notes,
+        errors,
+        details,
+    )
+    if temporary and run.ok:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return run
+
+
+def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    futures = admin.create_topics([NewTopic(name, n, -1) for name, n in topics.items()])
+    for name, future in futures.items():
+        try:
+            future.result(timeout=30)
+        except KafkaException as e:
+            raise VerifyError(f"cannot create topic {name}: {e.args[0]}") from e
+    deadline = time.monotonic() + 30
+    while True:  # metadata may lag creation on a real cluster
+        metadata = admin.list_topics(timeout=10)
+        if all(
+            name in metadata.topics and len(metadata.topics[name].partitions) == n
+            for name, n in topics.items()
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise VerifyError(f"topics {sorted(topics)} not all visible after 30 s")
+        time.sleep(0.2)
+
+
+def final_pass(
+    bootstrap: str,
+    workload: WorkloadSpec,
+    isolation: str,
+    history: History,
+    settle_s: float,
+    tag: str,
+) -> None:
+    """Read every partition from the beginning to its high watermark, recording the polls
+    as process `final-rc` / `final-ru`; read_committed stops short of the high watermark
+    only while a transaction is still open (its LSO), so it waits for that, up to settle_s."""
+    process = f"{FINAL}-{'rc' if isolation == READ_COMMITTED else 'ru'}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"verify-{tag}-final",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
+    )
+    # A read_committed consumer's watermark query answers the last stable offset: the high
+    # watermark comes from a read_uncommitted one.
+    probe = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"verify-{tag}-probe",
+            "isolation.level": READ_UNCOMMITTED,
+            "log_level": 3,
+        }
+    )
+    tps = [TopicPartition(t, p, OFFSET_BEGINNING) for t, p in workload.all_partitions()]
+    consumer.assign(tps)
+    deadline = time.monotonic() + settle_s
+    ends: dict[tuple[str, int], tuple[int, int]] = {}
+    try:
+        while True:
+            began = time.monotonic()
+            messages = consumer.consume(1000, 0.5)
+            got = [m for m in messages if m.error() is None]
+            if got:
+                history.append(process, INVOKE, POLL, {"isolation": isolation}, at=began)
+                out = [[m.topic(), m.partition(), m.offset(), _text(m.value())] for m in got]
+                history.append(process, OK, POLL, {"isolation": isolation, "records": out})
+                continue
+            ends = _ends(consumer, probe, tps)
+            if all(position >= hw for position, hw in ends.values()):
+                break
+            if time.monotonic() > deadline:
+                break
+    finally:
+        consumer.close()
+        probe.close()
+    history.append(
+        process,
+        INFO,
+        FINAL_READ,
+        {
+            "isolation": isolation,
+            "partitions": [[t, p, pos, hw] for (t, p), (pos, hw) in sorted(ends.items())],
+        },
+    )
+
+
+def _ends(
+    consumer: Consumer, probe: Consumer, tps: list[TopicPartition]
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(position, high watermark) per partition (the position of a partition not read yet
+    is where it was assigned)."""
+    positions = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(tps)}
+    out = {}
+    for tp in tps:
+        low, high = probe.get_watermark_offsets(
+            TopicPartition(tp.topic, tp.partition), timeout=10, cached=False
+        )
+        position = positions[(tp.topic, tp.partition)]
+        if position < 0:  # nothing read yet: still where it was assigned
+            position = tp.offset if tp.offset >= 0 else low
+        out[(tp.topic, tp.partition)] = (position, high)
+    return out
+
+
+def wait_drained(bootstrap: str, workload: WorkloadSpec, timeout_s: float, tag: str) -> bool:
+    """Wait until the copiers' committed offsets are past every committed input record
+    (nothing left for them to copy); False at the deadline."""
+    group = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": workload.copy_group,  # never joined: only OffsetFetch
+            "isolation.level": READ_COMMITTED,
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
+    )
+    deadline = time.monotonic() + timeout_s
+    inputs = [TopicPartition(t, p) for t, p in workload.input_partitions()]
+    try:
+        while time.monotonic() < deadline:
+            try:
+                committed = group.committed(inputs, timeout=10)
+            except KafkaException:
+                time.sleep(0.5)
+                continue
+            starts = {(tp.topic, tp.partition): tp.offset for tp in committed}
+            if _nothing_left(bootstrap, workload, starts, tag):
+                return True
+            time.sleep(1.0)
+        return False
+    finally:
+        group.close()
+
+
+def _nothing_left(
+    bootstrap: str, workload: WorkloadSpec, starts: dict[tuple[str, int], int], tag: str
+) -> bool:
+    """No committed record from the group's offsets to the high watermark (all settled)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"verify-{tag}-drain",
+            "isolation.level": READ_COMMITTED,
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
+    )
+    probe = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"verify-{tag}-probe",
+            "isolation.level": READ_UNCOMMITTED,
+            "log_level": 3,
+        }
+    )
+    tps = [
+        TopicPartition(t, p, offset if offset >= 0 else OFFSET_BEGINNING)
+        for (t, p), offset in starts.items()
+    ]
+    consumer.assign(tps)
+    deadline = time.monotonic() + 10
+    try:
+        while time.monotonic() < deadline:
+            if any(m.error() is None for m in consumer.consume(100, 0.2)):
+                return False
+            ends = _ends(consumer, probe, tps)
+            if all(position >= hw for position, hw in ends.values()):
+                return True
+        return False
+    finally:
+        consumer.close()
+        probe.close()
+
+
+def final_offsets(bootstrap: str, workload: WorkloadSpec, history: History) -> None:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": workload.copy_group,
+            "isolation.level": READ_COMMITTED,
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
+    )
+    history.append(FINAL, INVOKE, OFFSETS, {"group": workload.copy_group})
+    try:
+        found = consumer.committed(
+            [TopicPartition(t, p) for t, p in workload.input_partitions()], timeout=30
+        )
+        offsets = [[tp.topic, tp.partition, tp.offset] for tp in found]
+        history.append(FINAL, OK, OFFSETS, {"group": workload.copy_group, "offsets": offsets})
+    except KafkaException as e:
+        history.append(FINAL, FAIL, OFFSETS, {"group": workload.copy_group, "error": str(e)})
+    finally:
+        consumer.close()
+
+
+def _text(raw: bytes | None) -> str:
+    return "" if raw is None else raw.decode("utf-8", "backslashreplace")

@@ -1,0 +1,126 @@
+"""The result of a verify run: tables for people, a JSON report for machines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from onceflow.verify.checker import KINDS
+from onceflow.verify.harness import VerifyRun
+
+MAX_ANOMALIES_PER_KIND = 1000  # in the JSON report; the counts are always complete
+EXAMPLES_PER_KIND = 3  # in the table
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="right" if i else "left")
+    return table
+
+
+def operations_table(run: VerifyRun) -> Table:
+    s = run.result.stats
+    table = _table("Operations", "", "count")
+    rows: list[tuple[str, object]] = [
+        ("transactions", s["transactions"]),
+        ("  committed (acknowledged)", s["committed"]),
+        ("  aborted (or certainly not committed)", s["aborted"]),
+        ("    of which on purpose", s["aborted_on_purpose"]),
+        ("  outcome unknown", s["unknown"]),
+        ("    of which found committed", s["unknown_committed"]),
+        ("  consume-transform-produce", s["copy_transactions"]),
+        ("values written", s["values_written"]),
+        ("values committed (final read)", s["values_committed"]),
+        ("records polled by consumers", s["polls_records"]),
+        ("group offset reads", s["offset_reads"]),
+        ("history operations", s["operations"]),
+    ]
+    if "copiers_drained" in run.details:
+        rows.append(
+            ("input all copied at the end", "yes" if run.details["copiers_drained"] else "no")
+        )
+    for name, value in rows:
+        table.add_row(name, str(value))
+    return table
+
+
+def faults_table(run: VerifyRun) -> Table:
+    table = _table("Faults", "kind", "injected")
+    for kind in run.options.faults:
+        if kind in run.unavailable:
+            table.add_row(kind, f"unavailable: {run.unavailable[kind]}")
+        else:
+            table.add_row(kind, str(run.faults_injected.get(kind, 0)))
+    exits = run.details.get("broker_exits")
+    if exits:
+        table.add_row("broker halts (restarted)", str(exits))
+    if not run.options.faults:
+        table.add_row("none", "0")
+    return table
+
+
+def anomalies_table(run: VerifyRun) -> Table:
+    table = _table("Anomalies", "kind", "count", "first")
+    table.columns[2].justify = "left"
+    by_kind = run.result.by_kind()
+    for kind in KINDS:
+        found = by_kind.get(kind, [])
+        table.add_row(kind, str(len(found)), found[0].message if found else "")
+    return table
+
+
+def examples_table(run: VerifyRun) -> Table | None:
+    """A few anomalies of each kind found, with their values and offsets."""
+    if run.result.valid:
+        return None
+    table = _table("Examples", "kind", "details")
+    table.columns[1].justify = "left"
+    for kind, found in run.result.by_kind().items():
+        for anomaly in found[:EXAMPLES_PER_KIND]:
+            table.add_row(kind, json.dumps(anomaly.to_json(), default=str)[:400])
+    return table
+
+
+def summary(run: VerifyRun) -> dict[str, Any]:
+    """The figures of the run, without the anomalies themselves (one line of JSON)."""
+    return {
+        "valid": run.result.valid,
+        "ok": run.ok,
+        "seed": run.options.seed,
+        "target": "embedded" if run.options.embedded else run.options.bootstrap,
+        "duration_s": run.options.duration_s,
+        "elapsed_s": round(run.elapsed_s, 1),
+        "faults_requested": list(run.options.faults),
+        "faults_injected": run.faults_injected,
+        "faults_unavailable": run.unavailable,
+        "operations": {k: v for k, v in run.result.stats.items() if k != "faults"},
+        "anomalies": run.result.counts(),
+        "errors": run.errors,
+    }
+
+
+def report_json(run: VerifyRun) -> dict[str, Any]:
+    """The whole report: the summary, every anomaly (up to a cap per kind) and where the
+    history and logs are kept."""
+    anomalies: dict[str, list[dict[str, Any]]] = {}
+    for kind, found in run.result.by_kind().items():
+        if found:
+            anomalies[kind] = [a.to_json() for a in found[:MAX_ANOMALIES_PER_KIND]]
+    kept = run.work_dir.exists()
+    return {
+        **summary(run),
+        "anomaly_details": anomalies,
+        "notes": run.notes,
+        "details": run.details,
+        "history": str(run.history_path) if kept else None,
+        "work_dir": str(run.work_dir) if kept else None,
+    }
+
+
+def write_json(run: VerifyRun, path: Path) -> None:
+    path.write_text(json.dumps(report_json(run), indent=2, default=str) + "\n")

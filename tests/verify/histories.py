@@ -1,0 +1,111 @@
+"""Hand-made verify histories: a tiny builder that writes operations as the workers and the
+harness would, so that each checker test states its scenario in a few lines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onceflow.verify.history import (
+    ABORT,
+    COMMIT,
+    FAIL,
+    FINAL,
+    FINAL_READ,
+    INFO,
+    INVOKE,
+    OFFSETS,
+    OK,
+    POLL,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    TXN,
+    TXN_END,
+    History,
+    Op,
+)
+
+A, B, OUT = "topic-a", "topic-b", "copy"
+GROUP = "copiers"
+Placed = tuple[str, int, int, str]  # topic, partition, offset, value
+
+
+class Scenario:
+    def __init__(self) -> None:
+        self.history = History(start=0.0)
+        self.clock = 0.0
+
+    def _add(self, process: str, type_: str, f: str, value: dict[str, Any]) -> None:
+        self.clock += 0.001
+        self.history.append(process, type_, f, value, at=self.clock)
+
+    def txn(
+        self,
+        process: str,
+        txn: str,
+        placed: list[Placed],
+        outcome: str,
+        *,
+        intent: str = COMMIT,
+        reads: list[Placed] | None = None,
+        offsets: list[tuple[str, int, int]] | None = None,
+    ) -> None:
+        """A transaction whose writes landed at the given offsets (offset -1: not delivered)."""
+        invoke: dict[str, Any] = {
+            "txn": txn,
+            "intent": intent,
+            "writes": [[t, p, v] for t, p, _, v in placed],
+        }
+        if reads is not None:
+            invoke |= {"reads": [list(r) for r in reads], "group": GROUP}
+            invoke["offsets"] = [list(o) for o in offsets or []]
+        delivered = [[t, p, o, v] for t, p, o, v in placed if o >= 0]
+        self._add(process, INVOKE, TXN, invoke)
+        end = ABORT if intent == ABORT or outcome == FAIL else COMMIT
+        self._add(process, INFO, TXN_END, {"txn": txn, "end": end, "delivered": delivered})
+        error = None if outcome == OK else "test"
+        self._add(process, outcome, TXN, {"txn": txn, "delivered": delivered, "error": error})
+
+    def poll(self, process: str, records: list[Placed], isolation: str = READ_COMMITTED) -> None:
+        self._add(process, INVOKE, POLL, {"isolation": isolation})
+        self._add(
+            process, OK, POLL, {"isolation": isolation, "records": [list(r) for r in records]}
+        )
+
+    def offsets(self, process: str, found: list[tuple[str, int, int]]) -> None:
+        self._add(process, INVOKE, OFFSETS, {"group": GROUP})
+        self._add(process, OK, OFFSETS, {"group": GROUP, "offsets": [list(o) for o in found]})
+
+    def final(
+        self,
+        isolation: str,
+        records: list[Placed],
+        ends: dict[tuple[str, int], int],
+        positions: dict[tuple[str, int], int] | None = None,
+    ) -> None:
+        """A final pass that read `records` and reached each partition's end (a high
+        watermark), unless `positions` says it stopped short."""
+        process = f"{FINAL}-{'rc' if isolation == READ_COMMITTED else 'ru'}"
+        if records:
+            self.poll(process, records, isolation)
+        at = positions or {}
+        partitions = [[t, p, at.get((t, p), hw), hw] for (t, p), hw in sorted(ends.items())]
+        self._add(process, INFO, FINAL_READ, {"isolation": isolation, "partitions": partitions})
+
+    def final_offsets(self, found: list[tuple[str, int, int]]) -> None:
+        self.offsets(FINAL, found)
+
+    def finals(
+        self,
+        committed: list[Placed],
+        uncommitted: list[Placed],
+        ends: dict[tuple[str, int], int],
+    ) -> None:
+        self.final(READ_COMMITTED, committed, ends)
+        self.final(READ_UNCOMMITTED, uncommitted, ends)
+
+    @property
+    def ops(self) -> list[Op]:
+        return self.history.ops
+
+
+__all__ = ["FAIL", "GROUP", "OK", "OUT", "READ_UNCOMMITTED", "A", "B", "Scenario"]
