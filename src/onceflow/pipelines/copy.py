@@ -15,7 +15,13 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from onceflow.pipelines.session import add_common_arguments, run_until, session, source
+from onceflow.pipelines.session import (
+    add_common_arguments,
+    run_until,
+    session,
+    source,
+    start_sink,
+)
 
 Transform = Callable[[bytes | None, bytes | None], tuple[bytes | None, bytes | None] | None]
 
@@ -73,16 +79,14 @@ def start(
     max_offsets_per_trigger: int | None = None,
 ) -> StreamingQuery:
     df = transformed(source(spark, bootstrap, input_topic, max_offsets_per_trigger), transform)
-    writer = (
-        df.writeStream.format("onceflow")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", output_topic)
-        .option("checkpointLocation", checkpoint)
-        .option("exactlyOnce", str(exactly_once).lower())
+    return start_sink(
+        df,
+        bootstrap=bootstrap,
+        checkpoint=checkpoint,
+        topic=output_topic,
+        prefix=prefix,
+        exactly_once=exactly_once,
     )
-    if prefix:
-        writer = writer.option("transactional.id.prefix", prefix)
-    return writer.start()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

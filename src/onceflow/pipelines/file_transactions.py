@@ -24,7 +24,13 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from onceflow.pipelines.session import add_common_arguments, run_until, session, source
+from onceflow.pipelines.session import (
+    add_common_arguments,
+    run_until,
+    session,
+    source,
+    start_sink,
+)
 
 FETCH_TIMEOUT_S = 30
 OUTPUT_SCHEMA = "topic string, key binary, value binary"
@@ -156,15 +162,9 @@ def start(
     out = locations.select("value").mapInArrow(
         parse_files(output_topic, dead_letters), OUTPUT_SCHEMA
     )
-    writer = (
-        out.writeStream.format("onceflow")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("checkpointLocation", checkpoint)
-        .option("exactlyOnce", str(exactly_once).lower())
+    return start_sink(
+        out, bootstrap=bootstrap, checkpoint=checkpoint, prefix=prefix, exactly_once=exactly_once
     )
-    if prefix:
-        writer = writer.option("transactional.id.prefix", prefix)
-    return writer.start()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

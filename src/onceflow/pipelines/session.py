@@ -6,6 +6,7 @@ import argparse
 import os
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.spark import local_session, register
 
@@ -44,7 +45,30 @@ def source(spark: SparkSession, bootstrap: str, topic: str, per_trigger: int | N
     return reader.load()
 
 
-def run_until(query, until_caught_up: bool) -> None:
+def start_sink(
+    df: DataFrame,
+    *,
+    bootstrap: str,
+    checkpoint: str,
+    topic: str | None = None,
+    prefix: str | None = None,
+    exactly_once: bool = True,
+) -> StreamingQuery:
+    """Start `df` into the onceflow sink (append mode); `topic` None means a topic column."""
+    writer = (
+        df.writeStream.format("onceflow")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("checkpointLocation", checkpoint)
+        .option("exactlyOnce", str(exactly_once).lower())
+    )
+    if topic:
+        writer = writer.option("topic", topic)
+    if prefix:
+        writer = writer.option("transactional.id.prefix", prefix)
+    return writer.start()
+
+
+def run_until(query: StreamingQuery, until_caught_up: bool) -> None:
     if until_caught_up:
         query.processAllAvailable()
         query.stop()
