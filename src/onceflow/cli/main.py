@@ -6,6 +6,7 @@ import typer
 
 from onceflow.cli.bench import bench_command
 from onceflow.cli.bench_eos import bench_eos_command
+from onceflow.cli.bench_spark import bench_spark_command
 from onceflow.cli.broker import broker_command
 from onceflow.cli.console import consume_command, produce_command
 from onceflow.cli.demo import demo_command
@@ -32,6 +33,7 @@ app.add_typer(groups_app, name="groups")
 app.add_typer(transactions_app, name="transactions")
 app.command("bench")(bench_command)
 app.command("bench-eos")(bench_eos_command)
+app.command("bench-spark")(bench_spark_command)
 app.command("demo")(demo_command)
 app.command("verify")(verify_command)
 app.command(
