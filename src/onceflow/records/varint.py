@@ -61,49 +61,32 @@ size_of_varlong = size_of_varint
 
 def decode_varint(buf: Buffer, pos: int = 0, end: int | None = None) -> tuple[int, int]:
     """Decode a zig-zag int32 at `pos`; returns (value, position after it)."""
-    if end is None:
-        end = len(buf)
-    if pos < end and buf[pos] < 0x80:  # one byte: the common case
-        byte = buf[pos]
-        return (byte >> 1) ^ -(byte & 1), pos + 1
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise CorruptRecordError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            break
-        shift += 7
-        if shift >= 35:
-            raise CorruptRecordError("varint longer than 5 bytes")
-    if result >> 32:
-        raise CorruptRecordError("varint out of the int32 range")
-    return (result >> 1) ^ -(result & 1), pos
+    return _decode_zigzag(buf, pos, len(buf) if end is None else end, 32, "varint")
 
 
 def decode_varlong(buf: Buffer, pos: int = 0, end: int | None = None) -> tuple[int, int]:
     """Decode a zig-zag int64 at `pos`; returns (value, position after it)."""
-    if end is None:
-        end = len(buf)
+    return _decode_zigzag(buf, pos, len(buf) if end is None else end, 64, "varlong")
+
+
+def _decode_zigzag(buf: Buffer, pos: int, end: int, bits: int, what: str) -> tuple[int, int]:
     if pos < end and buf[pos] < 0x80:  # one byte: the common case
         byte = buf[pos]
         return (byte >> 1) ^ -(byte & 1), pos + 1
+    max_shift = 7 * ((bits + 6) // 7)  # 5 bytes for 32 bits, 10 for 64
     result = 0
     shift = 0
     while True:
         if pos >= end:
-            raise CorruptRecordError("truncated varlong")
+            raise CorruptRecordError(f"truncated {what}")
         byte = buf[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
             break
         shift += 7
-        if shift >= 70:
-            raise CorruptRecordError("varlong longer than 10 bytes")
-    if result >> 64:
-        raise CorruptRecordError("varlong out of the int64 range")
+        if shift >= max_shift:
+            raise CorruptRecordError(f"{what} longer than {max_shift // 7} bytes")
+    if result >> bits:
+        raise CorruptRecordError(f"{what} out of the int{bits} range")
     return (result >> 1) ^ -(result & 1), pos
