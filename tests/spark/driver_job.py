@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from pyspark.sql import DataFrame
+
 import onceflow.spark
 
 from .copy_job import copy_stream, start_copy
@@ -25,11 +27,14 @@ def main(bootstrap: str, source: str, checkpoints: Path, mode: str) -> int:
         cores=2, app_name="driver-job", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "25"}
     )
     spark.sparkContext.setLogLevel("ERROR")
-    df = copy_stream(spark, bootstrap, source, transform=slow_down(10, 0.05), max_offsets=300)
+
+    def stream() -> DataFrame:  # one per query: test_sink.test_broker_killed_and_restarted_...
+        return copy_stream(spark, bootstrap, source, transform=slow_down(10, 0.05), max_offsets=300)
+
     available_now = mode == "finish"
     queries = [
         start_copy(
-            df,
+            stream(),
             bootstrap,
             EXACTLY_ONCE_OUT.format(source=source),
             checkpoints / "eos",
@@ -37,7 +42,7 @@ def main(bootstrap: str, source: str, checkpoints: Path, mode: str) -> int:
             available_now=available_now,
         ),
         start_copy(
-            df,
+            stream(),
             bootstrap,
             PLAIN_OUT.format(source=source),
             checkpoints / "plain",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from onceflow.broker.embedded import EmbeddedBroker
@@ -114,13 +114,21 @@ def test_broker_killed_and_restarted_mid_stream(
     # 1 KB rows reach the sink a few at a time (Python workers flush every 64 KB)
     values = _topics(bootstrap, "crash", 1200, pad=1000)
     create_topic(bootstrap, "crash-plain", 2)
-    # both sinks at once, from the same input, through the same broker crash
-    df = copy_stream(spark, bootstrap, "crash-in", transform=slow_down(10, 0.05), max_offsets=300)
+
+    # Both sinks at once, from the same input, through the same broker crash. Each query gets
+    # its own DataFrame: two queries started together on one DataFrame once failed every
+    # attempt of their first stages with java.io.OptionalDataException as Spark deserialized
+    # the tasks (a race on plan objects the two queries share).
+    def stream() -> DataFrame:
+        return copy_stream(
+            spark, bootstrap, "crash-in", transform=slow_down(10, 0.05), max_offsets=300
+        )
+
     eos = start_copy(
-        df, bootstrap, "crash-out", tmp_path / "eos", exactly_once=True, available_now=False
+        stream(), bootstrap, "crash-out", tmp_path / "eos", exactly_once=True, available_now=False
     )
     plain = start_copy(
-        df,
+        stream(),
         bootstrap,
         "crash-plain",
         tmp_path / "plain",
