@@ -2,20 +2,32 @@
 
 A writer appends, then awaits `wait_durable(logs)`. While a round of fsyncs runs in worker
 threads, new writers gather for the next round, so N producers cost one fsync per round, not N.
+
+A failed fsync halts the broker, as Kafka halts when its last log directory fails: after a
+failed fsync the kernel may have dropped the dirty pages and a later fsync succeeds (the
+error is reported once), so carrying on could acknowledge, and move the high watermark over,
+data that is not on disk. The restart rebuilds from what is.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
+from onceflow.broker.storage_failure import halt
 from onceflow.log.partition_log import PartitionLog
 
 
 class GroupCommitter:
-    def __init__(self, enabled: bool = True, threads: int = 4) -> None:
+    def __init__(
+        self,
+        enabled: bool = True,
+        threads: int = 4,
+        on_failure: Callable[[OSError], None] = halt,
+    ) -> None:
         self.enabled = enabled
+        self.on_failure = on_failure
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fsync")
         self._pending: set[PartitionLog] = set()
         self._waiters: list[asyncio.Future[None]] = []
@@ -51,6 +63,7 @@ class GroupCommitter:
                         *(loop.run_in_executor(self._pool, t.run) for _, t in tickets)
                     )
                 except OSError as e:
+                    self.on_failure(e)
                     for w in waiters:
                         if not w.done():
                             w.set_exception(e)

@@ -201,7 +201,7 @@ class Broker:
 
     def make_durable(self, partitions: list[Partition]) -> asyncio.Future[None]:
         """Start (or join) a group-commit round for these partitions; readers are woken when
-        the high watermark moves. The future fails with OSError if an fsync failed."""
+        the high watermark moves. A failed fsync halts the broker (durability.py)."""
         future = asyncio.ensure_future(self._durable(partitions))
         future.add_done_callback(_retrieve)
         return future

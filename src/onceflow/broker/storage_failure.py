@@ -31,8 +31,12 @@ def is_storage_error(error: BaseException | None) -> bool:
 
 def halt_on_storage_error(error: BaseException | None) -> None:
     """Exit now (no clean shutdown) if `error` is a failed write to the data directory."""
-    if not is_storage_error(error):
-        return
+    if is_storage_error(error):
+        halt(error)
+
+
+def halt(error: BaseException) -> None:
+    """Exit now, without the clean-shutdown writes."""
     log.critical("halting: a write to the data directory failed: %r", error)
     logging.shutdown()
     os._exit(HALT_EXIT_CODE)

@@ -180,39 +180,11 @@ def handle_produce(broker: Broker, request: Request) -> Any:
     response = build(cls, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
     durable = broker.make_durable(touched)
     if req.acks == -1 and touched:
-        return _after(durable, response, topics_out, part_cls, cls)
+        return _after(durable, response)
     return None if req.acks == 0 else response
 
 
-async def _after(
-    durable: asyncio.Future[None], response: Any, topics_out: list[Any], part_cls: type, cls: type
-) -> Any:
-    try:
-        await durable
-    except OSError as e:
-        log.error("fsync failed, answering KAFKA_STORAGE_ERROR: %s", e)
-        topics = tuple(
-            build(
-                type(t),
-                name=t.name,
-                partition_responses=tuple(
-                    build(
-                        part_cls,
-                        index=p.index,
-                        error_code=ErrorCode.kafka_storage_error
-                        if p.error_code == ErrorCode.none
-                        else p.error_code,
-                        base_offset=-1,
-                        log_append_time=None,
-                        log_start_offset=-1,
-                        record_errors=(),
-                        error_message=None,
-                    )
-                    for p in t.partition_responses
-                ),
-            )
-            for t in topics_out
-        )
-        return build(cls, responses=topics, throttle_time=datetime.timedelta(0))
+async def _after(durable: asyncio.Future[None], response: Any) -> Any:
+    await durable
     crash_point("produce.before-response")
     return response

@@ -11,7 +11,6 @@ once they are durable.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -35,33 +34,22 @@ log = logging.getLogger(__name__)
 WRITE_TXN_MARKERS = 27
 
 
-@dataclass
-class _Written:
-    """What one request appended, to make durable before answering."""
-
-    partitions: list[Partition] = field(default_factory=list)
-    # (marker index, topic, partition) of each append, to fail them together if fsync fails
-    appended: list[tuple[int, str, int]] = field(default_factory=list)
-
-
 @api(WRITE_TXN_MARKERS, 1, 1)
 def handle_write_txn_markers(broker: Broker, request: Request) -> Any:
     # Appends happen here, synchronously and in arrival order; only durability is awaited.
-    written = _Written()
+    written: list[Partition] = []  # what the request appended, to make durable first
     results: list[dict[tuple[str, int], ErrorCode]] = []
-    for number, marker in enumerate(request.body.markers):
+    for marker in request.body.markers:
         errors: dict[tuple[str, int], ErrorCode] = {}
         for topic in marker.topics:
             for index in topic.partition_indexes:
-                errors[(topic.name, index)] = _append(
-                    broker, written, number, marker, topic.name, index
-                )
+                errors[(topic.name, index)] = _append(broker, written, marker, topic.name, index)
         results.append(errors)
     return _answer_when_durable(broker, request, written, results)
 
 
 def _append(
-    broker: Broker, written: _Written, number: int, marker: Any, topic: str, index: int
+    broker: Broker, written: list[Partition], marker: Any, topic: str, index: int
 ) -> ErrorCode:
     commit = bool(marker.transaction_result)
     # The offsets log keeps no producer epochs to check a marker against, so a stale one could
@@ -97,28 +85,20 @@ def _append(
         marker.producer_id,
         marker.producer_epoch,
     )
-    written.partitions.append(partition)
-    written.appended.append((number, topic, index))
+    written.append(partition)
     return ErrorCode.none
 
 
 async def _answer_when_durable(
     broker: Broker,
     request: Request,
-    written: _Written,
+    written: list[Partition],
     results: list[dict[tuple[str, int], ErrorCode]],
 ) -> Any:
-    partitions = list(dict.fromkeys(written.partitions))  # a partition may be named twice
+    partitions = list(dict.fromkeys(written))  # a partition may be named twice
     logs: list[PartitionLog] = [p.log for p in partitions]
     if logs:
-        try:
-            await broker.committer.wait_durable(logs)
-        except OSError as e:
-            # Appended but not known durable: the outcome is unknown, as for a failed Produce.
-            log.error("fsync of transaction markers failed: %s", e)
-            for number, topic, index in written.appended:
-                results[number][(topic, index)] = ErrorCode.kafka_storage_error
-            return _response(request, results)
+        await broker.committer.wait_durable(logs)
     for partition in partitions:
         partition.notify()
     return _response(request, results)
