@@ -227,7 +227,7 @@ class Broker:
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
-    # acks=0/1 writers do not await durability; a failed fsync is logged here instead.
+    # acks=0/1 writers do not await durability: an error is logged here, not lost.
     if not future.cancelled() and future.exception() is not None:
         log.error("fsync failed: %s", future.exception())
 

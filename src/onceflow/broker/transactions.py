@@ -74,8 +74,7 @@ class Transactions:
         """
         if result.records:
             self.log.append(result.records)
-            # If the fsync fails the outcome is unknown: the transition stays pending (the id
-            # answers CONCURRENT_TRANSACTIONS) until a restart replays what reached the disk.
+            # A failed fsync halts the broker; the restart replays what reached the disk.
             await self.log.durable()
             for key, value in result.records:
                 self.coordinator.replay(key, value)
