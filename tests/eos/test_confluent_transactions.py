@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -37,6 +38,7 @@ from tests.eos.conftest import (
 )
 
 OK = ErrorCode.none
+READ_COMMITTED = 1
 UNSTABLE = ErrorCode.unstable_offset_commit
 FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
@@ -466,3 +468,35 @@ def test_raw_mistakes_get_kafkas_errors(bootstrap: str, topic_name: str) -> None
     assert read[p1].uncommitted == []
     state = describe_transactions(bootstrap, [txn_id])[txn_id]
     assert (state.transaction_state, state.producer_epoch) == ("Empty", epoch + 1)
+
+
+def test_end_txn_is_answered_at_the_decision_and_the_next_transaction_waits_for_markers(
+    make_broker: Callable[..., EmbeddedBroker], topic_name: str
+) -> None:
+    """As Kafka, EndTxn is answered once PrepareCommit is durable, before the markers. Where
+    Kafka answers the next transaction's AddPartitionsToTxn with CONCURRENT_TRANSACTIONS until
+    they are written, onceflow holds that request until they are, then answers it."""
+    # The markers start 3 s after the decision, so the state in between can be looked at.
+    broker = make_broker(env={"ONCEFLOW_DELAY_AT": "txn.before-markers:3000"})
+    bootstrap = broker.bootstrap
+    create_topics(bootstrap, {topic_name: 1})
+    tp = (topic_name, 0)
+    txn_id = f"early-{topic_name}"
+    error, pid, epoch = init_producer_id(bootstrap, txn_id)
+    assert error == OK
+    assert add_partitions(bootstrap, 3, txn_id, pid, epoch, tp) == OK
+    assert produce_batch(bootstrap, tp, pid, epoch, 0, [b"first"], txn_id) == (OK, 0)
+
+    assert end_txn(bootstrap, txn_id, pid, epoch, commit=True) == OK
+    # Answered while decided but not complete: no marker yet, the record still unstable.
+    assert describe_transactions(bootstrap, [txn_id])[txn_id].transaction_state == "PrepareCommit"
+    assert list_offsets(bootstrap, [tp], READ_COMMITTED) == {tp: 0}
+
+    # The next transaction's first request is held until the markers are written, then added.
+    assert add_partitions(bootstrap, 3, txn_id, pid, epoch, tp) == OK
+    assert describe_transactions(bootstrap, [txn_id])[txn_id].transaction_state == "Ongoing"
+    assert list_offsets(bootstrap, [tp], READ_COMMITTED) == {tp: 2}  # the record, its marker
+    assert produce_batch(bootstrap, tp, pid, epoch, 1, [b"second"], txn_id) == (OK, 2)
+    assert end_txn(bootstrap, txn_id, pid, epoch, commit=True) == OK
+    wait_settled(bootstrap, [tp])
+    assert read_back(bootstrap, [tp])[tp].committed == [b"first", b"second"]

@@ -1,13 +1,16 @@
-"""Crash points for fault tests.
+"""Crash and delay points for fault tests.
 
 `ONCEFLOW_CRASH_AT=name[:n]` in the broker's environment makes it SIGKILL itself the n-th time
 (default 1st) it reaches the named point, so a test can crash it at an exact step of a protocol
 (between a transaction's decision and its markers, after part of its markers, after an append
-that is durable but not yet acknowledged). Unset, a crash point costs one comparison.
+that is durable but not yet acknowledged). `ONCEFLOW_DELAY_AT=name:ms` holds the broker's work
+at a delay point that long each time, so a test can look at the state in between (a decided
+transaction whose markers are not written yet). Unset, either costs one comparison.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 
@@ -34,3 +37,15 @@ def crash_point(name: str) -> None:
     _remaining -= 1
     if _remaining <= 0:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+DELAY_POINTS = frozenset({"txn.before-markers"})  # decided (Prepare* durable), no marker yet
+
+_delay_name, _, _delay_ms = os.environ.get("ONCEFLOW_DELAY_AT", "").partition(":")
+if _delay_name and _delay_name not in DELAY_POINTS:
+    raise ValueError(f"ONCEFLOW_DELAY_AT names unknown delay point {_delay_name!r}")
+
+
+async def delay_point(name: str) -> None:
+    if name == _delay_name:
+        await asyncio.sleep(int(_delay_ms or 0) / 1000)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.coordinator_log import CoordinatorLog
-from onceflow.broker.faults import crash_point
+from onceflow.broker.faults import crash_point, delay_point
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.records.control import build_marker
 from onceflow.txn.coordinator import CoordinatorResult, MarkerJob, TransactionCoordinator
@@ -44,6 +44,7 @@ class Transactions:
             broker.clock, transaction_max_timeout_ms=config.transaction_max_timeout_ms
         )
         self._marker_tasks: set[asyncio.Task[None]] = set()
+        self._markers_by_id: dict[str, asyncio.Task[None]] = {}
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -64,13 +65,11 @@ class Transactions:
 
     # -- running coordinator results --------------------------------------------------------
 
-    async def run(self, result: CoordinatorResult[T], *, await_markers: bool = False) -> T:
+    async def run(self, result: CoordinatorResult[T]) -> T:
         """Make the result's records durable, replay them, then start its markers.
 
-        EndTxn awaits its markers (and Complete*) before answering: on one node they cost
-        two fsync rounds, and a client's next transaction then never meets the
-        CONCURRENT_TRANSACTIONS that Kafka answers while markers are in flight. The outcome
-        a client sees is the same: once PrepareCommit is durable the commit happens.
+        As in Kafka, EndTxn is answered once its PrepareCommit/PrepareAbort is durable (the
+        point of no return); the markers and Complete* follow in the background.
         """
         if result.records:
             self.log.append(result.records)
@@ -80,25 +79,36 @@ class Transactions:
                 self.coordinator.replay(key, value)
         if result.markers is not None:
             crash_point("txn.after-decision")
-            task = self._spawn_markers(result.markers)
-            if await_markers:
-                # shield: a client that goes away must not cancel the markers
-                await asyncio.wait([task])
+            self._spawn_markers(result.markers)
         return result.response
+
+    def pending_markers(self, transactional_id: str | None) -> asyncio.Task[None] | None:
+        """The id's markers in flight (its decided transaction not yet complete), if any.
+
+        Kafka answers CONCURRENT_TRANSACTIONS to InitProducerId, AddPartitionsToTxn and
+        AddOffsetsToTxn while markers are in flight, and clients retry after a backoff
+        (librdkafka: 20 ms); on one node the markers take a millisecond or two, so those
+        requests wait for them instead, and a producer's next transaction starts at once.
+        """
+        return self._markers_by_id.get(transactional_id or "")
 
     def _spawn_markers(self, job: MarkerJob) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self._write_markers(job))
         self._marker_tasks.add(task)
-        task.add_done_callback(self._marker_done)
+        self._markers_by_id[job.transactional_id] = task
+        task.add_done_callback(lambda done: self._marker_done(job.transactional_id, done))
         return task
 
-    def _marker_done(self, task: asyncio.Task[None]) -> None:
+    def _marker_done(self, transactional_id: str, task: asyncio.Task[None]) -> None:
         self._marker_tasks.discard(task)
+        if self._markers_by_id.get(transactional_id) is task:
+            del self._markers_by_id[transactional_id]
         if not task.cancelled() and task.exception() is not None:
             halt_on_storage_error(task.exception())  # else the transaction hangs in Prepare*
             log.error("writing transaction markers failed: %r", task.exception())
 
     async def _write_markers(self, job: MarkerJob) -> None:
+        await delay_point("txn.before-markers")
         partitions: list[Partition] = []
         offsets = False
         for topic, index in job.partitions:

@@ -3,8 +3,11 @@ TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66), Describe
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import inspect
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -21,7 +24,6 @@ if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
 
 ZERO = datetime.timedelta(0)
-END_TXN = 26
 
 
 def _ms(delta: datetime.timedelta) -> int:
@@ -32,8 +34,27 @@ def _datetime(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
+def _after_markers(broker: Broker, transactional_id: str | None, start: Callable[[], Any]) -> Any:
+    """`start()` now, or once the id's markers in flight are written (pending_markers)."""
+    pending = broker.transactions.pending_markers(transactional_id)
+    if pending is None:
+        return start()
+
+    async def later() -> Any:
+        await asyncio.wait([pending])  # never cancels the markers if the client goes away
+        answer = start()
+        return await answer if inspect.isawaitable(answer) else answer
+
+    return later()
+
+
 @api(22, 0, 5)
 def handle_init_producer_id(broker: Broker, request: Request) -> Any:
+    req = request.body
+    return _after_markers(broker, req.transactional_id, lambda: _init(broker, request))
+
+
+def _init(broker: Broker, request: Request) -> Any:
     req = request.body
     result = broker.transactions.coordinator.init_producer_id(
         req.transactional_id,
@@ -57,6 +78,11 @@ async def _init_response(broker: Broker, request: Request, result: Any) -> Any:
 
 @api(24, 0, 3)
 def handle_add_partitions_to_txn(broker: Broker, request: Request) -> Any:
+    txn_id = request.body.v3_and_below_transactional_id
+    return _after_markers(broker, txn_id, lambda: _add_partitions(broker, request))
+
+
+def _add_partitions(broker: Broker, request: Request) -> Any:
     req = request.body
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
     unknown = {tp for tp in wanted if broker.topics.partition(*tp) is None}
@@ -107,10 +133,14 @@ def _add_partitions_response(request: Request, errors: dict[tuple[str, int], Err
 @api(25, 0, 4)
 def handle_add_offsets_to_txn(broker: Broker, request: Request) -> Any:
     req = request.body
-    result = broker.transactions.coordinator.add_offsets(
-        req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
-    )
-    return _simple_later(broker, request, 25, result)
+
+    def add() -> Any:
+        result = broker.transactions.coordinator.add_offsets(
+            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
+        )
+        return _simple_later(broker, request, 25, result)
+
+    return _after_markers(broker, req.transactional_id, add)
 
 
 @api(26, 0, 4)
@@ -123,7 +153,7 @@ def handle_end_txn(broker: Broker, request: Request) -> Any:
 
 
 async def _simple_later(broker: Broker, request: Request, api_key: int, result: Any) -> Any:
-    error = await broker.transactions.run(result, await_markers=api_key == END_TXN)
+    error = await broker.transactions.run(result)
     return build(
         response_type(api_key, request.api_version),
         throttle_time=ZERO,
