@@ -341,3 +341,43 @@ def test_loading_answers_for_offsets() -> None:
         TP0: E.coordinator_load_in_progress
     }
     assert env.coord.delete_groups(["g"]).response == {"g": E.coordinator_load_in_progress}
+
+
+def test_state_batches_replay_to_the_same_offsets_and_pending_transactions() -> None:
+    """What a rewrite of the offsets log writes: replayed into a fresh coordinator, the same
+    committed offsets, the same open transactions (their markers still apply), and the same
+    winner between a transactional commit and a later plain one."""
+    env = Env()
+    for n in range(20):
+        env.write(env.coord.commit_offsets("g", -1, "", None, {TP0: oam(n), TP1: oam(n)}).records)
+    env.write(env.coord.commit_offsets("h", -1, "", None, {("t", 9): oam(99)}).records)
+    env.write(env.coord.delete_offsets("h", [("t", 9)]).records)
+    committed = env.coord.txn_commit_offsets("tx", "g", 11, 0, -1, "", None, {TP1: oam(50)})
+    env.write(committed.records, producer_id=11, transactional=True)
+    env.marker(11, committed=True)
+    # Open transactions: 13 on its own, 14 overtaken by a later plain commit of TP0.
+    open_txn = env.coord.txn_commit_offsets("tx", "k", 13, 0, -1, "", None, {("t", 1): oam(7)})
+    env.write(open_txn.records, producer_id=13, transactional=True)
+    overtaken = env.coord.txn_commit_offsets("tx2", "g", 14, 0, -1, "", None, {TP0: oam(400)})
+    env.write(overtaken.records, producer_id=14, transactional=True)
+    env.write(env.coord.commit_offsets("g", -1, "", None, {TP0: oam(401)}).records)
+
+    batches = env.coord.state_batches()
+    assert [producer_id for _, producer_id in batches] == [None, 13, 14, None]
+    rewritten = GroupCoordinator(ManualClock(env.clock.now_ms))
+    for records, producer_id in batches:
+        for key, value in records:
+            rewritten.replay(key, value, producer_id or -1, 0, producer_id is not None)
+    assert rewritten.offsets.snapshot() == env.coord.offsets.snapshot()
+    assert rewritten.state_batches() == batches
+    for group_id in ("g", "k"):
+        for stable in (False, True):
+            assert rewritten.fetch_offsets(group_id, None, stable) == env.coord.fetch_offsets(
+                group_id, None, stable
+            )
+    for coordinator in (env.coord, rewritten):
+        coordinator.complete_transaction(13, True)
+        coordinator.complete_transaction(14, True)
+    assert rewritten.offsets.snapshot() == env.coord.offsets.snapshot()
+    assert rewritten.offsets.get("g", TP0).offset == 401  # type: ignore[union-attr]
+    assert rewritten.offsets.get("k", ("t", 1)).offset == 7  # type: ignore[union-attr]

@@ -12,7 +12,7 @@ from typing import Any
 from onceflow.broker import handlers  # noqa: F401  (registers the API handlers)
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
-from onceflow.broker.coordinator_log import CoordinatorLog
+from onceflow.broker.coordinator_log import CoordinatorLog, should_rewrite
 from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
 from onceflow.broker.durability import GroupCommitter
 from onceflow.broker.partition import Partition
@@ -143,8 +143,11 @@ class Broker:
     # -- group offsets ----------------------------------------------------------------------
 
     def _load_offsets(self) -> None:
+        """Replay the offsets log; rewrite it when it holds far more than its state."""
+        replayed = 0
         for batch in self.offsets_log.batches():
             header = batch.header
+            replayed += len(batch.records)
             if header.is_control:
                 commit = parse_control_record(batch.records[0])[0] == ControlType.COMMIT
                 self.groups.complete_transaction(header.producer_id, commit)
@@ -157,6 +160,11 @@ class Broker:
                     header.producer_epoch,
                     header.is_transactional,
                 )
+        state = self.groups.state_batches()
+        kept = sum(len(records) for records, _ in state)
+        if should_rewrite(replayed, kept):
+            log.info("rewriting __consumer_offsets: %d records replay to %d", replayed, kept)
+            self.offsets_log.rewrite(state)
 
     def write_offsets_records(
         self,

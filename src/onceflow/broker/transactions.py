@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.coordinator_log import CoordinatorLog
+from onceflow.broker.coordinator_log import CoordinatorLog, should_rewrite
 from onceflow.broker.faults import crash_point, delay_point
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.records.control import build_marker
@@ -49,9 +49,16 @@ class Transactions:
     # -- loading ----------------------------------------------------------------------------
 
     def load(self) -> None:
+        """Replay the transaction log; rewrite it when it holds far more than its state."""
+        replayed = 0
         for batch in self.log.batches():
             for record in batch.records:
                 self.coordinator.replay(record.key or b"", record.value)
+                replayed += 1
+        state = self.coordinator.state_records()
+        if should_rewrite(replayed, len(state)):
+            log.info("rewriting __transaction_state: %d records replay to %d", replayed, len(state))
+            self.log.rewrite([(state, None)])
 
     def complete_in_doubt(self) -> None:
         """Drive transactions found in PrepareCommit/PrepareAbort to completion."""

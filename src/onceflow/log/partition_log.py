@@ -112,7 +112,7 @@ class PartitionLog:
                 if segment is not segments[-1]:
                     segment.close_index_files()
             if is_new:
-                _fsync_dir(directory.parent)
+                fsync_dir(directory.parent)
             if is_new or loaded.files_changed or loaded.recovered:
                 os.fsync(dir_fd)
             stored = RecoveryPointFile.read(directory)
@@ -488,7 +488,7 @@ def _sync_segment(segment: Segment) -> None:
             os.close(fd)
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
