@@ -16,6 +16,7 @@ from pathlib import Path
 
 from onceflow.clock import Clock
 from onceflow.log.config import LogConfig
+from onceflow.log.full_disk import check_space
 from onceflow.log.partition_log import PartitionLog
 from onceflow.records.batch import BatchHeader, iter_batches
 from onceflow.records.control import ControlType, parse_control_record
@@ -145,6 +146,7 @@ class Partition:
         offset = self.producers.map_end_offset
         path = directory / f"{offset:020d}.snapshot"
         tmp = path.with_suffix(".snapshot.tmp")
+        check_space()
         tmp.write_bytes(self.producers.snapshot())
         tmp.replace(path)
         for old in _snapshot_files(directory)[:-SNAPSHOTS_KEPT]:

@@ -11,6 +11,8 @@ import os
 import struct
 from pathlib import Path
 
+from onceflow.log.full_disk import check_space
+
 
 class IndexFile:
     """Entries of one `struct` layout in one file; subclasses give them meaning."""
@@ -43,11 +45,13 @@ class IndexFile:
         return list(self.ENTRY.iter_unpack(raw))
 
     def _write_entry(self, *values: int) -> None:
+        check_space()
         os.pwrite(self._ensure_fd(), self.ENTRY.pack(*values), self._entries * self.ENTRY.size)
         self._entries += 1
 
     def _write_all(self, entries: list[tuple[int, ...]]) -> None:
         """Replace the file's content with `entries` (used by rebuilds)."""
+        check_space()
         fd = self._ensure_fd()
         os.ftruncate(fd, 0)
         data = b"".join(self.ENTRY.pack(*e) for e in entries)

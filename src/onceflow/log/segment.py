@@ -17,6 +17,7 @@ from pathlib import Path
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import CorruptSegmentError, LogStorageError
 from onceflow.log.file_batches import iter_file_batches
+from onceflow.log.full_disk import check_space
 from onceflow.log.offset_index import OffsetIndex
 from onceflow.log.time_index import TimeIndex
 from onceflow.records.batch import HEADER_SIZE, NO_TIMESTAMP, BatchHeader, parse_header
@@ -243,6 +244,7 @@ class Segment:
         view = memoryview(data)
         written = 0
         try:
+            check_space()
             while written < len(view):
                 written += os.pwrite(self._fd, view[written:], start + written)
         except OSError as exc:

@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from onceflow.log.full_disk import check_space
 from onceflow.txn.errors import CorruptTxnIndexError, TxnIndexStorageError
 from onceflow.txn.producer_state import CompletedTxn
 
@@ -184,6 +185,7 @@ class AbortedTxnIndex:
                 txn.last_stable_offset,
             )
             try:
+                check_space()
                 os.pwrite(fd, data, len(file.entries) * ENTRY_SIZE)
             except OSError as exc:
                 raise TxnIndexStorageError(f"cannot write {file.path}: {exc}") from exc

@@ -10,7 +10,8 @@ be injected). Kinds:
   starts (same transactional.id, so it fences the old one);
 - partition: one client's or every client's connections cut, black-holed or delayed by the
   proxy;
-- disk: the broker's data directory's filesystem filled up, then freed.
+- disk: the broker's data directory's filesystem filled up, then freed (a small tmpfs where
+  the harness may mount one, else a full disk simulated in the broker's log layer).
 
 The broker faults (kill, disk, pausing the broker) need the embedded broker; against another
 cluster only the client-side faults apply.
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from onceflow.broker.embedded import BrokerStartError, EmbeddedBroker
+from onceflow.log.full_disk import FULL_DISK_ENV
 from onceflow.verify.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from onceflow.verify.proxy import KafkaProxy
 
@@ -121,6 +123,9 @@ class SmallDisk:
             os.close(fd)
         return held
 
+    def fill_up(self) -> dict[str, Any]:
+        return {"ballast_bytes": self.fill(), "free_bytes": self.free_bytes()}
+
     def free(self) -> None:
         self.ballast.unlink(missing_ok=True)
 
@@ -131,6 +136,28 @@ class SmallDisk:
         if done.returncode != 0:  # still busy: detach now, released when the last file closes
             subprocess.run(["umount", "-l", str(self.path)], capture_output=True, check=False)
         self.mounted = False
+
+
+class SimulatedFullDisk:
+    """Where no small filesystem can be mounted: the broker's log layer fails every write with
+    ENOSPC while a flag file exists (onceflow.log.full_disk), as a full disk would."""
+
+    def __init__(self, flag: Path) -> None:
+        self.flag = flag
+
+    @property
+    def broker_env(self) -> dict[str, str]:
+        return {FULL_DISK_ENV: str(self.flag)}
+
+    def fill_up(self) -> dict[str, Any]:
+        self.flag.touch()
+        return {"simulated": True}
+
+    def free(self) -> None:
+        self.flag.unlink(missing_ok=True)
+
+    def unmount(self) -> None:
+        self.free()
 
 
 class SupervisedBroker:
@@ -217,7 +244,7 @@ class Targets:
     broker: SupervisedBroker | None
     clients: Clients
     proxy: KafkaProxy | None
-    disk: SmallDisk | None
+    disk: SmallDisk | SimulatedFullDisk | None
     # Client roles whose processes are paused or crashed most (the transactional ones).
     writers: tuple[str, ...] = ("producer", "copier")
 
@@ -341,7 +368,7 @@ class Nemesis:
             return self._make(
                 "broker data directory",
                 self._hold(2.0, 8.0),
-                lambda: {"ballast_bytes": disk.fill(), "free_bytes": disk.free_bytes()},
+                disk.fill_up,
                 disk.free,
             )
         return None

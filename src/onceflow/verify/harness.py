@@ -1,7 +1,8 @@
 """One verify run: broker (embedded or not), proxy, clients, faults, final reads, checker.
 
-1. Start the broker (embedded: a child process, its data on a small filesystem when the disk
-   fault is asked for) and, for the partition fault, the proxy.
+1. Start the broker (embedded: a child process; for the disk fault its data on a small
+   filesystem, or where none can be mounted a full disk simulated in its log layer) and, for
+   the partition fault, the proxy.
 2. Create the topics, start the clients (each its own process) and the nemesis.
 3. At the deadline: heal, stop the nemesis, stop the clients (each finishes its operation).
 4. Final reads, straight to the broker: read_committed and read_uncommitted passes over
@@ -34,6 +35,7 @@ from onceflow.verify.faults import (
     PARTITION,
     DiskUnavailableError,
     Nemesis,
+    SimulatedFullDisk,
     SmallDisk,
     SupervisedBroker,
     Targets,
@@ -190,7 +192,7 @@ def run_verify(
             unavailable[kind] = "needs the embedded broker"
         kinds = [k for k in kinds if k not in BROKER_ONLY]
 
-    disk: SmallDisk | None = None
+    disk: SmallDisk | SimulatedFullDisk | None = None
     broker: SupervisedBroker | None = None
     proxy: KafkaProxy | None = None
     pool: WorkerPool | None = None
@@ -199,14 +201,19 @@ def run_verify(
     details: dict[str, Any] = {"topic_tag": tag}
     try:
         if options.embedded:
+            broker_env: dict[str, str] = {}
+            data_dir = work_dir / "data"
             if DISK in kinds:
                 try:
                     disk = SmallDisk.mount(work_dir / "disk", options.disk_size_mb)
+                    data_dir = disk.path / "data"
                 except DiskUnavailableError as e:
-                    unavailable[DISK] = str(e)
-                    kinds.remove(DISK)
-            data_dir = (disk.path if disk else work_dir) / "data"
-            embedded = EmbeddedBroker(data_dir, settings=EMBEDDED_SETTINGS, log_level="INFO")
+                    disk = SimulatedFullDisk(work_dir / "full-disk.flag")
+                    broker_env = disk.broker_env
+                    details["disk"] = f"simulated in the log layer ({e})"
+            embedded = EmbeddedBroker(
+                data_dir, settings=EMBEDDED_SETTINGS, log_level="INFO", env=broker_env
+            )
             embedded.output = broker_log = _LogTail(work_dir / "logs" / "broker.log")
             broker = SupervisedBroker(embedded, history)
             report(Progress("starting broker", 0, options.duration_s))
