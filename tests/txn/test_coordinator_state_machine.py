@@ -179,6 +179,19 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert job.partitions == tuple(sorted(value.partitions))
         self.marker_queue = in_doubt
 
+    @rule()
+    def crash_rewrite_the_log_and_reload(self) -> None:
+        """A start that rewrites the log as the state it loads to (the broker's
+        Transactions.load), then a crash: the rewritten log loads to the same transactions and
+        the same ones in doubt, and producer ids handed out later are still new."""
+        loaded = TransactionCoordinator(self.clock, **CONFIG)
+        for key, value in self.log:
+            loaded.replay(key, value)
+        rewritten = loaded.state_records()
+        event(f"log rewritten from {len(self.log)} to {len(rewritten)} records")
+        self.log = rewritten
+        self.crash_and_reload()
+
     # -- clients ----------------------------------------------------------------------------
 
     def client(self, txn_id: str, instance: int | str) -> Client:

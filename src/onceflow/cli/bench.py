@@ -2,9 +2,12 @@
 
 For each target and value size it creates a topic, produces with confluent-kafka from one
 or more producer processes (acks=all, idempotent, linger.ms=5) counting delivery reports,
-then reads everything back with one Consumer. Targets run one after another, so they do not
-compete for the machine, and the first (or --baseline) is the reference for the ratios.
-Brokers the benchmark starts itself (--embedded, --tansu) also get their RSS measured.
+then reads everything back with one Consumer. One workload runs at a time, so targets do not
+compete for the machine; everything is measured --rounds times with the targets interleaved
+in each round (a shared machine's drift touches each alike), and the tables show the median
+round. The first target (or --baseline) is the reference for the ratios. Brokers the
+benchmark starts itself (--embedded, --tansu) all run from the first round to the last, idle
+but for their own workloads, and get their RSS measured.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -69,6 +72,7 @@ from onceflow.cli.options import (
 
 DEFAULT_VALUE_SIZES = (100, 1024)
 DEFAULT_RECORDS = {100: 1_000_000, 1024: 200_000}
+DEFAULT_ROUNDS = 3
 BROKER_READY_TIMEOUT_S = 60.0
 TOPIC_READY_TIMEOUT_S = 30.0
 # A phase with no progress for this long has stalled: the target is reported as failed.
@@ -228,11 +232,6 @@ class RssSampler:
                 self.last = value
                 self.max = max(self.max, value)
         return value
-
-    def reset(self) -> None:
-        with self._lock:
-            self.max = 0
-        self.sample()
 
     def stop(self) -> None:
         self._stop.set()
@@ -503,16 +502,46 @@ class Phase:
         }
 
 
+def median_phase(phases: Sequence[Phase]) -> Phase | None:
+    """The round with the median rate (the lower middle one for an even count)."""
+    if not phases:
+        return None
+    ordered = sorted(phases, key=lambda phase: phase.records_per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
 @dataclass
 class Measurement:
+    """Every round of one target and value size; the table shows the median round."""
+
     target: str
     value_size: int
     records: int
-    produce: Phase | None = None
-    consume: Phase | None = None
-    rss_max: int | None = None
-    rss_end: int | None = None
+    produce_rounds: list[Phase] = field(default_factory=list)
+    consume_rounds: list[Phase] = field(default_factory=list)
+    # A started broker's RSS during each round's workload: (maximum, at the end); None for
+    # a broker the benchmark did not start.
+    rss_rounds: list[tuple[int | None, int | None]] = field(default_factory=list)
     error: str | None = None
+
+    @property
+    def produce(self) -> Phase | None:
+        return median_phase(self.produce_rounds)
+
+    @property
+    def consume(self) -> Phase | None:
+        return median_phase(self.consume_rounds)
+
+    @property
+    def rss_max(self) -> int | None:
+        """The highest RSS seen during any round's workload."""
+        values = [peak for peak, _ in self.rss_rounds if peak is not None]
+        return max(values) if values else None
+
+    @property
+    def rss_end(self) -> int | None:
+        """RSS at the end of the last round's workload."""
+        return self.rss_rounds[-1][1] if self.rss_rounds else None
 
 
 @dataclass
@@ -531,6 +560,7 @@ class BenchSettings:
     partitions: int
     replication_factor: int
     idle_partitions: int
+    rounds: int = DEFAULT_ROUNDS
     producer_settings: dict[str, Any] = field(default_factory=dict)
     consumer_settings: dict[str, Any] = field(default_factory=dict)
 
@@ -549,96 +579,170 @@ def bench_progress() -> Progress:
     )
 
 
+@dataclass
+class LiveTarget:
+    """A target during the rounds: its admin session, and its broker if started here."""
+
+    spec: TargetSpec
+    broker: BrokerProcess | None
+    session: AdminSession | None = None
+    failed: bool = False
+
+    def disconnect(self) -> None:
+        """Drop the admin session, before the broker stops: some brokers wait for clients."""
+        self.session = None
+
+
 class BenchRun:
-    """Measures targets one at a time, showing progress on stderr."""
+    """Measures the targets in rounds, interleaved within each, showing progress on stderr.
+
+    Every broker the benchmark starts runs from before the first round to after the last:
+    only one workload runs at a time, so the others sit idle meanwhile. A target that fails
+    is reported and left out of the rounds that remain.
+    """
 
     def __init__(self, settings: BenchSettings, progress: Progress) -> None:
         self.settings = settings
         self.progress = progress
         self.measurements: list[Measurement] = []
         self.idle: list[IdleMeasurement] = []
+        self._tasks: dict[tuple[str, int, str], TaskID] = {}
 
-    def measure(self, spec: TargetSpec) -> None:
-        pending = [
-            Measurement(spec.name, size, self.settings.records[size])
-            for size in self.settings.value_sizes
+    def measure(self, specs: Sequence[TargetSpec]) -> None:
+        """Every round: each value size, each target in turn. Then, with --idle-partitions,
+        the idle figures of each started target (a fresh broker each, after the rounds)."""
+        s = self.settings
+        self.measurements = [
+            Measurement(spec.name, size, s.records[size])
+            for spec in specs
+            for size in s.value_sizes
         ]
+        with ExitStack() as brokers:
+            started = [self._start(spec, brokers) for spec in specs]
+            live = [target for target in started if target is not None]
+            for number in range(1, s.rounds + 1):
+                for size in s.value_sizes:
+                    for target in live:
+                        if not target.failed:
+                            self._measure_round(target, self._measurement(target, size), number)
+        if s.idle_partitions:
+            for target in live:
+                if target.spec.started_here and not target.failed:
+                    self._measure_idle(target.spec)
+
+    def _start(self, spec: TargetSpec, brokers: ExitStack) -> LiveTarget | None:
+        """The target, connected (its broker started and left running in `brokers`)."""
         try:
-            with self._target(spec) as (bootstrap, broker):
-                self._measure_sizes(bootstrap, broker, pending)
-            if spec.started_here and self.settings.idle_partitions:
-                self.idle.append(self._measure_idle(spec))
+            with ExitStack() as stack:
+                bootstrap, broker = stack.enter_context(
+                    target_broker(spec, self.progress.console, "throughput")
+                )
+                target = LiveTarget(spec, broker)
+                stack.callback(target.disconnect)
+                target.session = connect_admin(bootstrap)
+                brokers.enter_context(stack.pop_all())
+                return target
         except (CliError, KafkaException) as exc:
-            text = kafka_error_text(exc) if isinstance(exc, KafkaException) else str(exc)
-            note(f"{spec.name}: {text}")
-            for measurement in pending:
-                if measurement.consume is None:
-                    measurement.error = measurement.error or text
-        self.measurements.extend(pending)
+            self._fail(spec.name, exc)
+            return None
 
-    def _target(
-        self, spec: TargetSpec, purpose: str = "throughput"
-    ) -> AbstractContextManager[tuple[str, BrokerProcess | None]]:
-        return target_broker(spec, self.progress.console, purpose)
+    def _measurement(self, target: LiveTarget, size: int) -> Measurement:
+        return next(
+            m for m in self.measurements if m.target == target.spec.name and m.value_size == size
+        )
 
-    def _measure_sizes(
-        self, bootstrap: str, broker: BrokerProcess | None, pending: list[Measurement]
-    ) -> None:
-        session = connect_admin(bootstrap)
-        sampler = RssSampler(broker.pid) if broker is not None else None
+    def _fail(self, name: str, exc: CliError | KafkaException) -> None:
+        """Report a failure; the target's measurements short of a round get it as error."""
+        text = kafka_error_text(exc) if isinstance(exc, KafkaException) else str(exc)
+        note(f"{name}: {text}")
+        for m in self.measurements:
+            if m.target == name and len(m.consume_rounds) < self.settings.rounds:
+                m.error = m.error or text
+
+    def _measure_round(self, target: LiveTarget, m: Measurement, number: int) -> None:
         try:
-            for measurement in pending:
-                if sampler is not None:
-                    sampler.reset()
-                self._measure_one(session, measurement)
-                if sampler is not None:
-                    sampler.sample()
-                    measurement.rss_max, measurement.rss_end = sampler.max, sampler.last
+            self._measure_one(target, m, number)
+        except (CliError, KafkaException) as exc:
+            target.failed = True
+            self._fail(target.spec.name, exc)
+
+    def _measure_one(self, target: LiveTarget, m: Measurement, number: int) -> None:
+        """One round of one target and value size, on a topic of its own; a started broker's
+        RSS is sampled during this workload only."""
+        session, size = target.session, m.value_size
+        assert session is not None
+        sampler = RssSampler(target.broker.pid) if target.broker is not None else None
+        try:
+            if sampler is not None:
+                sampler.sample()
+            topic = f"onceflow-bench-{size}b-{secrets.token_hex(4)}"
+            create_topic(session, topic, self.settings.partitions, self.settings.replication_factor)
+            try:
+                task = self._task(m, "produce", number, m.records)
+                produced = self._produce(session.bootstrap, topic, size, task)
+                m.produce_rounds.append(produced)
+                task = self._task(m, "consume", number, produced.records)
+                consumed = self._consume(session.bootstrap, topic, produced.records, task)
+                m.consume_rounds.append(consumed)
+            finally:
+                delete_topic(session, topic)
+            if sampler is not None:
+                sampler.sample()
+            m.rss_rounds.append((sampler.max, sampler.last) if sampler else (None, None))
         finally:
             if sampler is not None:
                 sampler.stop()
 
-    def _measure_one(self, session: AdminSession, measurement: Measurement) -> None:
-        size = measurement.value_size
-        topic = f"onceflow-bench-{size}b-{secrets.token_hex(4)}"
-        create_topic(session, topic, self.settings.partitions, self.settings.replication_factor)
-        try:
-            label = f"{measurement.target} {_size_text(size)}"
-            measurement.produce = self._produce(session.bootstrap, topic, size, label)
-            measurement.consume = self._consume(
-                session.bootstrap, topic, measurement.produce.records, label
-            )
-        finally:
-            delete_topic(session, topic)
+    def _task(self, m: Measurement, phase: str, number: int, total: int) -> TaskID:
+        """One progress line per target, value size and phase, reset at each round."""
+        rounds = self.settings.rounds
+        label = f"{m.target} {_size_text(m.value_size)}"
+        description = f"{label} {phase}" if rounds == 1 else f"{label} {number}/{rounds} {phase}"
+        key = (m.target, m.value_size, phase)
+        if key in self._tasks:
+            self.progress.reset(self._tasks[key], total=total, description=description)
+        else:
+            self._tasks[key] = self.progress.add_task(description, total=total)
+        return self._tasks[key]
 
-    def _produce(self, bootstrap: str, topic: str, size: int, label: str) -> Phase:
+    def _produce(self, bootstrap: str, topic: str, size: int, task: TaskID) -> Phase:
         total = self.settings.records[size]
-        task = self.progress.add_task(f"{label} produce", total=total)
         jobs = [
-            ProducerJob(bootstrap, topic, share, size, self.settings.producer_settings)
+            ProducerJob(bootstrap, topic, share, size, self.settings.producer_settings, True)
             for share in _split(total, self.settings.producers)
         ]
         reports = run_producer_processes(jobs, self.progress, task)
         return delivered_phase(reports, total, size)
 
-    def _consume(self, bootstrap: str, topic: str, expected: int, label: str) -> Phase:
-        task = self.progress.add_task(f"{label} consume", total=expected)
+    def _consume(self, bootstrap: str, topic: str, expected: int, task: TaskID) -> Phase:
+        warm_ups = len(_split(expected, self.settings.producers))  # one per producer process
         return consume_topic(
-            bootstrap, topic, expected, self.settings.consumer_settings, self.progress, task
+            bootstrap,
+            topic,
+            expected,
+            self.settings.consumer_settings,
+            self.progress,
+            task,
+            uncounted=warm_ups,
         )
 
-    def _measure_idle(self, spec: TargetSpec) -> IdleMeasurement:
+    def _measure_idle(self, spec: TargetSpec) -> None:
         """RSS of a fresh broker, empty and then holding idle partitions."""
         count = self.settings.idle_partitions
-        with self._target(spec, f"RSS with {count} idle partitions") as (bootstrap, broker):
-            assert broker is not None
-            session = connect_admin(bootstrap)
-            empty = _settled_rss(broker)
-            create_topic(session, f"onceflow-bench-idle-{secrets.token_hex(4)}", count, 1)
-            idle = _settled_rss(broker)
-            # Disconnect before the broker stops: some brokers wait for clients to leave.
-            del session
-        return IdleMeasurement(spec.name, count, empty, idle)
+        purpose = f"RSS with {count} idle partitions"
+        try:
+            with target_broker(spec, self.progress.console, purpose) as (bootstrap, broker):
+                assert broker is not None
+                session = connect_admin(bootstrap)
+                empty = _settled_rss(broker)
+                create_topic(session, f"onceflow-bench-idle-{secrets.token_hex(4)}", count, 1)
+                idle = _settled_rss(broker)
+                # Disconnect before the broker stops: some brokers wait for clients to leave.
+                del session
+        except (CliError, KafkaException) as exc:
+            self._fail(spec.name, exc)
+            return
+        self.idle.append(IdleMeasurement(spec.name, count, empty, idle))
 
 
 @contextmanager
@@ -728,13 +832,16 @@ def consume_topic(
     progress: Progress,
     task: TaskID,
     until_end: bool = False,
+    uncounted: int = 0,
 ) -> Phase:
     """Read a whole topic with one Consumer; the clock runs until the expected-th record.
 
     With until_end, the consumer then reads on to the end of every partition (untimed) and
     a record beyond `expected` is a BenchError: that is how a read_committed run shows that
-    no aborted record got through.
+    no aborted record got through. `uncounted` records (the producers' empty warm-up
+    records) are read on top of `expected` and left out of the figures.
     """
+    expected += uncounted
     errors = ClientErrors()
     overrides = {"group.id": f"onceflow-bench-{secrets.token_hex(4)}", **settings}
     if until_end:
@@ -778,7 +885,7 @@ def consume_topic(
     if records != expected:
         raise BenchError(f"consumed {records} records, {expected} were produced")
     assert seconds is not None  # the loop ends only once the clock stopped
-    return Phase(records, value_bytes, seconds)
+    return Phase(records - uncounted, value_bytes, seconds)
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -914,7 +1021,9 @@ def report_json(
             "producers": settings.producers,
             "partitions": settings.partitions,
             "replication_factor": settings.replication_factor,
-            "producer": {k: v for k, v in settings.producer_settings.items()},
+            "rounds": settings.rounds,
+            "producer": dict(settings.producer_settings),
+            "consumer": dict(settings.consumer_settings),
         },
         "results": [
             {
@@ -928,6 +1037,11 @@ def report_json(
                 ),
                 "rss_max_bytes": m.rss_max,
                 "rss_end_bytes": m.rss_end,
+                "produce_rounds": [phase.as_json() for phase in m.produce_rounds],
+                "consume_rounds": [phase.as_json() for phase in m.consume_rounds],
+                "rss_rounds": [
+                    {"rss_max_bytes": peak, "rss_end_bytes": end} for peak, end in m.rss_rounds
+                ],
                 "error": m.error,
             }
             for m in measurements
@@ -992,6 +1106,12 @@ def bench_command(
             "--idle-partitions", help="Also measure RSS of a started broker with N idle partitions."
         ),
     ] = 0,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            "--rounds", help="Measure every target this many times, interleaved; show the median."
+        ),
+    ] = DEFAULT_ROUNDS,
     producer_property: Annotated[
         list[str] | None,
         typer.Option(
@@ -1010,7 +1130,7 @@ def bench_command(
 ) -> None:
     """Produce and consume throughput (records/s, MB/s) of brokers, with ratios to a baseline."""
     settings = _settings(
-        value_size, records, producers, partitions, replication_factor, idle_partitions
+        value_size, records, producers, partitions, replication_factor, idle_partitions, rounds
     )
     settings.producer_settings = {
         **PRODUCER_SETTINGS,
@@ -1033,8 +1153,7 @@ def bench_command(
     progress = bench_progress()
     run = BenchRun(settings, progress)
     with progress:
-        for spec in specs:
-            run.measure(spec)
+        run.measure(specs)
 
     console = stdout_console()
     console.print(results_table(run.measurements, baseline))
@@ -1055,6 +1174,7 @@ def _settings(
     partitions: int,
     replication_factor: int,
     idle_partitions: int,
+    rounds: int = DEFAULT_ROUNDS,
 ) -> BenchSettings:
     sizes = list(dict.fromkeys(value_sizes or DEFAULT_VALUE_SIZES))
     for name, value, low in (
@@ -1062,6 +1182,7 @@ def _settings(
         ("--partitions", partitions, 1),
         ("--replication-factor", replication_factor, 1),
         ("--idle-partitions", idle_partitions, 0),
+        ("--rounds", rounds, 1),
         ("--records", records if records is not None else 1, 1),
         *(("--value-size", size, 1) for size in sizes),
     ):
@@ -1071,7 +1192,9 @@ def _settings(
         size: records if records is not None else DEFAULT_RECORDS.get(size, _default_count(size))
         for size in sizes
     }
-    return BenchSettings(sizes, counts, producers, partitions, replication_factor, idle_partitions)
+    return BenchSettings(
+        sizes, counts, producers, partitions, replication_factor, idle_partitions, rounds
+    )
 
 
 def _default_count(size: int) -> int:

@@ -42,6 +42,7 @@ from onceflow.cli.bench import (
     create_topic,
     delete_topic,
     delivered_phase,
+    median_phase,
     onceflow_launcher,
     parse_target,
     run_producer_processes,
@@ -295,14 +296,6 @@ class Transactions:
             "begin_to_first_ack_ms": self.first_ack.as_json() if self.first_ack else None,
             "transaction_duration_ms": self.duration.as_json() if self.duration else None,
         }
-
-
-def median_phase(phases: Sequence[Phase]) -> Phase | None:
-    """The round with the median rate (the lower middle one for an even count)."""
-    if not phases:
-        return None
-    ordered = sorted(phases, key=lambda phase: phase.records_per_s)
-    return ordered[(len(ordered) - 1) // 2]
 
 
 @dataclass
