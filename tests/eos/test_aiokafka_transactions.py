@@ -17,6 +17,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from onceflow.broker.embedded import EmbeddedBroker
+from tests.eos import client_transactions as shared
 from tests.eos.conftest import (
     TP,
     create_topics,
@@ -82,22 +83,15 @@ async def read_with_aiokafka(
     return out
 
 
-def values(prefix: str, n: int) -> list[bytes]:
-    return [f"{prefix}-{i}".encode() for i in range(n)]
-
-
 def test_commit_and_abort_seen_by_both_isolation_levels(bootstrap: str, topic_name: str) -> None:
     create_topics(bootstrap, {topic_name: 2})
     tps = partitions_of({topic_name: 2})
-    batches = [("c1", True), ("a1", False), ("c2", True)]
 
     async def scenario() -> None:
         producer = await producer_for(bootstrap, f"ak-{topic_name}")
-        for prefix, commit in batches:
+        for prefix, commit in shared.BATCHES:
             await producer.begin_transaction()
-            await send_all(
-                producer, [(topic_name, i % 2, v) for i, v in enumerate(values(prefix, 8))]
-            )
+            await send_all(producer, shared.over_two_partitions(topic_name, prefix, 8))
             if commit:
                 await producer.commit_transaction()
             else:
@@ -108,12 +102,7 @@ def test_commit_and_abort_seen_by_both_isolation_levels(bootstrap: str, topic_na
         own_committed = await read_with_aiokafka(bootstrap, lso, "read_committed")
         own_uncommitted = await read_with_aiokafka(bootstrap, lso, "read_uncommitted")
         read = read_back(bootstrap, tps)
-        for p in range(2):
-            per = {prefix: values(prefix, 8)[p::2] for prefix, _ in batches}
-            tp = (topic_name, p)
-            assert read[tp].committed == own_committed[tp] == per["c1"] + per["c2"]
-            assert read[tp].uncommitted == own_uncommitted[tp] == per["c1"] + per["a1"] + per["c2"]
-            assert read[tp].high_watermark == 12 + len(batches)
+        shared.check_commit_and_abort(topic_name, read, own_committed, own_uncommitted)
 
     run(scenario())
 
@@ -146,13 +135,12 @@ def test_transaction_over_two_topics_is_all_or_nothing(bootstrap: str, topic_nam
 
 def test_zombie_is_fenced_by_a_new_instance(bootstrap: str, topic_name: str) -> None:
     create_topics(bootstrap, {topic_name: 2})
-    tps = partitions_of({topic_name: 2})
     txn_id = f"ak-{topic_name}"
 
     async def scenario() -> None:
         zombie = await producer_for(bootstrap, txn_id)
         await zombie.begin_transaction()
-        await send_all(zombie, [(topic_name, i % 2, v) for i, v in enumerate(values("z", 4))])
+        await send_all(zombie, shared.over_two_partitions(topic_name, "z", 4))
         successor = await producer_for(bootstrap, txn_id)
 
         with pytest.raises(FENCED):
@@ -162,17 +150,11 @@ def test_zombie_is_fenced_by_a_new_instance(bootstrap: str, topic_name: str) -> 
         await zombie.stop()
 
         async with successor.transaction():
-            await send_all(
-                successor, [(topic_name, i % 2, v) for i, v in enumerate(values("n", 4))]
-            )
+            await send_all(successor, shared.over_two_partitions(topic_name, "n", 4))
         await successor.stop()
 
     run(scenario())
-    wait_settled(bootstrap, tps)
-    read = read_back(bootstrap, tps)
-    for p in range(2):
-        assert read[(topic_name, p)].committed == values("n", 4)[p::2]
-        assert b"late" not in read[(topic_name, p)].uncommitted
+    shared.check_successor_won(bootstrap, topic_name, shared.values("n", 4))
 
 
 def test_hung_transaction_is_aborted_by_the_broker_timeout(
@@ -186,7 +168,7 @@ def test_hung_transaction_is_aborted_by_the_broker_timeout(
     async def scenario() -> None:
         hung = await producer_for(bootstrap, txn_id, transaction_timeout_ms=1500)
         await hung.begin_transaction()
-        await send_all(hung, [(topic_name, 0, v) for v in values("hung", 3)])
+        await send_all(hung, [(topic_name, 0, v) for v in shared.values("hung", 3)])
         plain = AIOKafkaProducer(bootstrap_servers=bootstrap)
         await plain.start()
         await plain.send_and_wait(topic_name, b"after", partition=0)
@@ -300,5 +282,4 @@ def test_client_mistakes(bootstrap: str, topic_name: str) -> None:
         await producer.stop()
 
     run(scenario())
-    wait_settled(bootstrap, [(topic_name, 0)])
-    assert read_back(bootstrap, [(topic_name, 0)])[(topic_name, 0)].committed == [b"inside"]
+    shared.check_committed(bootstrap, (topic_name, 0), [b"inside"])

@@ -15,6 +15,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from onceflow.broker.embedded import EmbeddedBroker
+from tests.eos import client_transactions as shared
 from tests.eos.conftest import (
     TP,
     create_topics,
@@ -87,18 +88,13 @@ def assert_commit_fenced(producer: KafkaProducer, timeout: float = 15) -> None:
     assert isinstance(error, FENCED) or "ProducerFencedError" in str(error), repr(error)
 
 
-def values(prefix: str, n: int) -> list[bytes]:
-    return [f"{prefix}-{i}".encode() for i in range(n)]
-
-
 def test_commit_and_abort_seen_by_both_isolation_levels(bootstrap: str, topic_name: str) -> None:
     create_topics(bootstrap, {topic_name: 2})
     tps = partitions_of({topic_name: 2})
     producer = producer_for(bootstrap, f"kp-{topic_name}")
-    batches = [("c1", True), ("a1", False), ("c2", True)]
-    for prefix, commit in batches:
+    for prefix, commit in shared.BATCHES:
         producer.begin_transaction()
-        send_all(producer, [(topic_name, i % 2, v) for i, v in enumerate(values(prefix, 8))])
+        send_all(producer, shared.over_two_partitions(topic_name, prefix, 8))
         if commit:
             producer.commit_transaction()
         else:
@@ -109,12 +105,7 @@ def test_commit_and_abort_seen_by_both_isolation_levels(bootstrap: str, topic_na
     lso = list_offsets(bootstrap, tps, 1)
     own_committed = read_with_kafka_python(bootstrap, lso, "read_committed")
     own_uncommitted = read_with_kafka_python(bootstrap, lso, "read_uncommitted")
-    for p in range(2):
-        per = {prefix: values(prefix, 8)[p::2] for prefix, _ in batches}
-        tp = (topic_name, p)
-        assert read[tp].committed == own_committed[tp] == per["c1"] + per["c2"]
-        assert read[tp].uncommitted == own_uncommitted[tp] == per["c1"] + per["a1"] + per["c2"]
-        assert read[tp].high_watermark == 12 + len(batches)  # a marker per transaction
+    shared.check_commit_and_abort(topic_name, read, own_committed, own_uncommitted)
 
 
 def test_transaction_over_two_topics_is_all_or_nothing(bootstrap: str, topic_name: str) -> None:
@@ -137,11 +128,10 @@ def test_transaction_over_two_topics_is_all_or_nothing(bootstrap: str, topic_nam
 
 def test_zombie_is_fenced_by_a_new_instance(bootstrap: str, topic_name: str) -> None:
     create_topics(bootstrap, {topic_name: 2})
-    tps = partitions_of({topic_name: 2})
     txn_id = f"kp-{topic_name}"
     zombie = producer_for(bootstrap, txn_id)
     zombie.begin_transaction()
-    send_all(zombie, [(topic_name, i % 2, v) for i, v in enumerate(values("zombie", 4))])
+    send_all(zombie, shared.over_two_partitions(topic_name, "zombie", 4))
     successor = producer_for(bootstrap, txn_id)
 
     late = zombie.send(topic_name, b"late", partition=0)
@@ -151,14 +141,10 @@ def test_zombie_is_fenced_by_a_new_instance(bootstrap: str, topic_name: str) -> 
     zombie.close(timeout=5)
 
     successor.begin_transaction()
-    send_all(successor, [(topic_name, i % 2, v) for i, v in enumerate(values("new", 4))])
+    send_all(successor, shared.over_two_partitions(topic_name, "new", 4))
     successor.commit_transaction()
     successor.close()
-    wait_settled(bootstrap, tps)
-    read = read_back(bootstrap, tps)
-    for p in range(2):
-        assert read[(topic_name, p)].committed == values("new", 4)[p::2]
-        assert b"late" not in read[(topic_name, p)].uncommitted
+    shared.check_successor_won(bootstrap, topic_name, shared.values("new", 4))
 
 
 def test_hung_transaction_is_aborted_by_the_broker_timeout(
@@ -170,7 +156,7 @@ def test_hung_transaction_is_aborted_by_the_broker_timeout(
     txn_id = f"kp-{topic_name}"
     hung = producer_for(bootstrap, txn_id, transaction_timeout_ms=1500)
     hung.begin_transaction()
-    send_all(hung, [(topic_name, 0, v) for v in values("hung", 3)])
+    send_all(hung, [(topic_name, 0, v) for v in shared.values("hung", 3)])
     plain = KafkaProducer(bootstrap_servers=bootstrap)
     plain.send(topic_name, b"after", partition=0).get(timeout=30)
     plain.close()
@@ -269,5 +255,4 @@ def test_client_mistakes(bootstrap: str, topic_name: str) -> None:
     send_all(producer, [(topic_name, 0, b"inside")])
     producer.commit_transaction()
     producer.close()
-    wait_settled(bootstrap, [(topic_name, 0)])
-    assert read_back(bootstrap, [(topic_name, 0)])[(topic_name, 0)].committed == [b"inside"]
+    shared.check_committed(bootstrap, (topic_name, 0), [b"inside"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -40,10 +42,15 @@ topics_app = typer.Typer(
     help="Create, list, describe and delete topics.", no_args_is_help=True, add_completion=False
 )
 
+TopicName = Annotated[str, typer.Argument(metavar="NAME", help="Topic name.")]
+ExcludeInternal = Annotated[
+    bool, typer.Option("--exclude-internal", help="Leave out internal topics.")
+]
+
 
 @topics_app.command("create")
 def create_topic(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Topic name.")],
+    name: TopicName,
     partitions: Annotated[
         int | None,
         typer.Option("--partitions", help="Partition count (default: the broker's)."),
@@ -77,25 +84,20 @@ def create_topic(
         replication_factor=replication_factor if replication_factor is not None else -1,
         config=configs,
     )
-    futures = session.admin.create_topics(
-        [new_topic], operation_timeout=REQUEST_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S
+    _change_topic(
+        session.admin.create_topics,
+        new_topic,
+        name,
+        "create",
+        tolerated=KafkaError.TOPIC_ALREADY_EXISTS,
+        quiet=if_not_exists,
+        tolerated_error=CliError(f"Topic '{name}' already exists."),
     )
-    try:
-        result_of(futures[name], f"Creating topic '{name}'")
-    except KafkaException as exc:
-        if kafka_error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
-            if if_not_exists:
-                return
-            raise CliError(f"Topic '{name}' already exists.") from exc
-        raise CliError(f"Cannot create topic '{name}': {kafka_error_text(exc)}.") from exc
-    print(f"Created topic {name}.")
 
 
 @topics_app.command("list")
 def list_topics(
-    exclude_internal: Annotated[
-        bool, typer.Option("--exclude-internal", help="Leave out internal topics.")
-    ] = False,
+    exclude_internal: ExcludeInternal = False,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
 ) -> None:
     """List topic names, one per line."""
@@ -109,9 +111,7 @@ def describe_topics(
     name: Annotated[
         str | None, typer.Argument(metavar="[NAME]", help="Topic to describe (default: all).")
     ] = None,
-    exclude_internal: Annotated[
-        bool, typer.Option("--exclude-internal", help="Leave out internal topics.")
-    ] = False,
+    exclude_internal: ExcludeInternal = False,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Partitions, leaders, earliest/latest offsets and config overrides of topics."""
@@ -130,7 +130,7 @@ def describe_topics(
 
 @topics_app.command("delete")
 def delete_topic(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Topic name.")],
+    name: TopicName,
     if_exists: Annotated[
         bool, typer.Option("--if-exists", help="Succeed quietly if the topic does not exist.")
     ] = False,
@@ -142,18 +142,42 @@ def delete_topic(
         if if_exists:
             return
         raise TopicNotFoundError(name)
-    futures = session.admin.delete_topics(
-        [name], operation_timeout=REQUEST_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S
+    _change_topic(
+        session.admin.delete_topics,
+        name,
+        name,
+        "delete",
+        tolerated=KafkaError.UNKNOWN_TOPIC_OR_PART,
+        quiet=if_exists,
+        tolerated_error=TopicNotFoundError(name),
     )
+
+
+def _change_topic(
+    operation: Callable[..., dict[str, Future[None]]],
+    request: NewTopic | str,
+    name: str,
+    verb: str,
+    *,
+    tolerated: int,
+    quiet: bool,
+    tolerated_error: CliError,
+) -> None:
+    """Create or delete (`verb`) one topic and say so. The `tolerated` error code is what
+    --if-not-exists / --if-exists make quiet; without them it is `tolerated_error`."""
+    futures = operation(
+        [request], operation_timeout=REQUEST_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S
+    )
+    doing, done = {"create": ("Creating", "Created"), "delete": ("Deleting", "Deleted")}[verb]
     try:
-        result_of(futures[name], f"Deleting topic '{name}'")
+        result_of(futures[name], f"{doing} topic '{name}'")
     except KafkaException as exc:
-        if kafka_error_code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            if if_exists:
+        if kafka_error_code(exc) == tolerated:
+            if quiet:
                 return
-            raise TopicNotFoundError(name) from exc
-        raise CliError(f"Cannot delete topic '{name}': {kafka_error_text(exc)}.") from exc
-    print(f"Deleted topic {name}.")
+            raise tolerated_error from exc
+        raise CliError(f"Cannot {verb} topic '{name}': {kafka_error_text(exc)}.") from exc
+    print(f"{done} topic {name}.")
 
 
 def _topic_names(session: AdminSession, exclude_internal: bool) -> list[str]:

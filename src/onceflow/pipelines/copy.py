@@ -15,13 +15,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from onceflow.pipelines.session import (
-    add_common_arguments,
-    run_until,
-    session,
-    source,
-    start_sink,
-)
+from onceflow.pipelines.session import add_common_arguments, run_pipeline, source, start_sink
 
 Transform = Callable[[bytes | None, bytes | None], tuple[bytes | None, bytes | None] | None]
 
@@ -91,18 +85,7 @@ def start(
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    query = start(
-        session("onceflow-copy", args.master),
-        bootstrap=args.bootstrap_server,
-        input_topic=args.input,
-        output_topic=args.output,
-        checkpoint=args.checkpoint,
-        transform=args.transform,
-        prefix=args.prefix,
-        exactly_once=not args.at_least_once,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-    )
-    run_until(query, args.until_caught_up)
+    run_pipeline(start, "onceflow-copy", args, transform=args.transform)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from onceflow.pipelines.session import (
-    add_common_arguments,
-    run_until,
-    session,
-    source,
-    start_sink,
-)
+from onceflow.pipelines.session import add_common_arguments, run_pipeline, source, start_sink
 
 FETCH_TIMEOUT_S = 30
 OUTPUT_SCHEMA = "topic string, key binary, value binary"
@@ -169,18 +163,7 @@ def start(
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    query = start(
-        session("onceflow-file-transactions", args.master),
-        bootstrap=args.bootstrap_server,
-        input_topic=args.input,
-        output_topic=args.output,
-        dead_letters=args.dead_letters,
-        checkpoint=args.checkpoint,
-        prefix=args.prefix,
-        exactly_once=not args.at_least_once,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-    )
-    run_until(query, args.until_caught_up)
+    run_pipeline(start, "onceflow-file-transactions", args, dead_letters=args.dead_letters)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -74,3 +76,23 @@ def run_until(query: StreamingQuery, until_caught_up: bool) -> None:
         query.stop()
     else:
         query.awaitTermination()
+
+
+def run_pipeline(
+    start: Callable[..., StreamingQuery], app_name: str, args: argparse.Namespace, **own: Any
+) -> None:
+    """A pipeline's main(): `start` it with the add_common_arguments options, the --input and
+    --output every pipeline has, and its `own` keywords; then run it (to the end of its input
+    with --until-caught-up, else for good)."""
+    query = start(
+        session(app_name, args.master),
+        bootstrap=args.bootstrap_server,
+        input_topic=args.input,
+        output_topic=args.output,
+        checkpoint=args.checkpoint,
+        prefix=args.prefix,
+        exactly_once=not args.at_least_once,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        **own,
+    )
+    run_until(query, args.until_caught_up)

@@ -154,6 +154,22 @@ def _short(items: Iterable[Any]) -> list[Any]:
     return list(items)[:MAX_LISTED]
 
 
+def _rows(items: Iterable[Iterable[Any]]) -> list[list[Any]]:
+    """The first MAX_LISTED places or values, each as a JSON list."""
+    return [list(x) for x in _short(items)]
+
+
+def _place(
+    t: str, p: int, o: int, value: str | None = None, reader: str | None = None
+) -> dict[str, Any]:
+    """The details naming one record, in the order reports show them."""
+    place: dict[str, Any] = {} if reader is None else {"reader": reader}
+    place.update(topic=t, partition=p, offset=o)
+    if value is not None:
+        place["value"] = value
+    return place
+
+
 class _Model:
     """Everything the history says, indexed for the checks."""
 
@@ -264,6 +280,16 @@ class Checker:
     def flag(self, kind: str, message: str, **details: Any) -> None:
         self.anomalies.append(Anomaly(kind, message, details))
 
+    def _flag_read(self, kind: str, process: str, record: Record, why: str, **details: Any) -> None:
+        """A reader's read that is wrong: the message names who read what where, then why."""
+        t, p, o, value = record
+        self.flag(
+            kind,
+            f"{process} read {value!r} at {t}-{p}:{o}{why}",
+            **_place(t, p, o, value, reader=process),
+            **details,
+        )
+
     def run(self) -> CheckResult:
         self._observations()
         self._consistency()
@@ -300,9 +326,7 @@ class Checker:
                 self.flag(
                     "inconsistent-offset",
                     f"{t}-{p} offset {o} holds {len(values)} values",
-                    topic=t,
-                    partition=p,
-                    offset=o,
+                    **_place(t, p, o),
                     values=sources,
                 )
         for value, places in sorted(self.where.items()):
@@ -337,20 +361,18 @@ class Checker:
         for session in m.sessions.values():
             for t, p, o, value in session.records:
                 self._check_placed(session.process, t, p, o, value, flagged)
-        for process, (t, p, o, value) in self._committed_reads():
+        for process, record in self._committed_reads():
+            t, p, o, value = record
             self._check_placed(process, t, p, o, value, flagged)
             txn = m.writer.get(value)
             if txn is not None and txn.aborted and (process, value) not in flagged:
                 flagged.add((process, value))
-                self.flag(
+                self._flag_read(
                     "aborted-read",
-                    f"{process} read {value!r} at {t}-{p}:{o}, written by transaction "
-                    f"{txn.id}, which did not commit ({txn.error or txn.intent})",
-                    reader=process,
-                    topic=t,
-                    partition=p,
-                    offset=o,
-                    value=value,
+                    process,
+                    record,
+                    f", written by transaction {txn.id}, which did not commit "
+                    f"({txn.error or txn.intent})",
                     txn=txn.id,
                     txn_outcome=txn.outcome,
                 )
@@ -363,15 +385,7 @@ class Checker:
             return
         flagged.add((process, value))
         where = "nobody wrote it" if expected is None else f"it was written to {expected}"
-        self.flag(
-            "phantom-read",
-            f"{process} read {value!r} at {t}-{p}:{o}, but {where}",
-            reader=process,
-            topic=t,
-            partition=p,
-            offset=o,
-            value=value,
-        )
+        self._flag_read("phantom-read", process, (t, p, o, value), f", but {where}")
 
     def _sessions(self) -> None:
         """Per consumer: offsets only go up, nothing is skipped, transactions are whole."""
@@ -391,10 +405,7 @@ class Checker:
                     self.flag(
                         "nonmonotonic-poll",
                         f"{session.process} got {t}-{p}:{o} after offset {previous}",
-                        reader=session.process,
-                        topic=t,
-                        partition=p,
-                        offset=o,
+                        **_place(t, p, o, reader=session.process),
                         previous_offset=previous,
                         value=value,
                     )
@@ -435,7 +446,7 @@ class Checker:
             partition=p,
             from_offset=previous,
             to_offset=offset,
-            missed=[list(x) for x in _short(missed)],
+            missed=_rows(missed),
             missed_count=len(missed),
         )
 
@@ -473,7 +484,7 @@ class Checker:
                     txn=txn.id,
                     txn_outcome=txn.outcome,
                     seen=_short(v for _, _, v in txn.writes if v in seen),
-                    passed=[list(x) for x in _short(passed)],
+                    passed=_rows(passed),
                 )
         return missed
 
@@ -511,8 +522,8 @@ class Checker:
                     f"read: {len(visible)} value(s) committed, {len(hidden)} not",
                     txn=txn.id,
                     txn_outcome=txn.outcome,
-                    visible=[list(x) for x in _short(visible)],
-                    missing=[list(x) for x in _short(hidden)],
+                    visible=_rows(visible),
+                    missing=_rows(hidden),
                 )
             elif txn.committed and hidden:
                 self.flag(
@@ -536,26 +547,23 @@ class Checker:
                     "the log (final read_uncommitted pass)",
                     txn=txn.id,
                     txn_outcome=txn.outcome,
-                    missing=[list(x) for x in _short(lost)],
+                    missing=_rows(lost),
                 )
         # A value a read_committed consumer saw was committed; it must still be there.
         reported: set[str] = set()
-        for process, (t, p, o, value) in self._committed_reads():
+        for process, record in self._committed_reads():
+            t, p, _, value = record
             if process in self.final_processes or value in committed or value in reported:
                 continue
             txn = m.writer.get(value)
             if (t, p) not in rc_done or txn is None or txn.aborted:
                 continue
             reported.add(value)
-            self.flag(
+            self._flag_read(
                 "lost-write",
-                f"{process} read {value!r} at {t}-{p}:{o} read_committed, but the final "
-                "read_committed pass does not have it",
-                reader=process,
-                topic=t,
-                partition=p,
-                offset=o,
-                value=value,
+                process,
+                record,
+                " read_committed, but the final read_committed pass does not have it",
                 txn=txn.id,
                 txn_outcome=txn.outcome,
             )
@@ -583,29 +591,29 @@ class Checker:
             if not self.final_rc.complete.get(tp, False):
                 continue
             for o, value in sorted(self.final_rc.at.get(tp, {}).items()):
+                more: dict[str, Any] = {}
                 if o < group_offset and value not in copies:
-                    self.flag(
-                        "lost-write",
-                        f"input {value!r} at {tp[0]}-{tp[1]}:{o} is below the group's "
-                        f"committed offset {group_offset}, but no copy of it is committed",
-                        topic=tp[0],
-                        partition=tp[1],
-                        offset=o,
-                        value=value,
-                        group_offset=group_offset,
+                    kind = "lost-write"
+                    why = (
+                        f"is below the group's committed offset {group_offset}, "
+                        "but no copy of it is committed"
                     )
                 elif o >= group_offset and value in copies:
-                    self.flag(
-                        "torn-transaction",
-                        f"input {value!r} at {tp[0]}-{tp[1]}:{o} has a committed copy, but the "
-                        f"group's committed offset {group_offset} is not past it",
-                        topic=tp[0],
-                        partition=tp[1],
-                        offset=o,
-                        value=value,
-                        group_offset=group_offset,
-                        copies=[list(x) for x in copies[value]],
+                    kind = "torn-transaction"
+                    why = (
+                        f"has a committed copy, but the group's committed offset {group_offset} "
+                        "is not past it"
                     )
+                    more = {"copies": [list(x) for x in copies[value]]}
+                else:
+                    continue
+                self.flag(
+                    kind,
+                    f"input {value!r} at {tp[0]}-{tp[1]}:{o} {why}",
+                    **_place(*tp, o, value),
+                    group_offset=group_offset,
+                    **more,
+                )
 
     def _offsets(self) -> None:
         """Every committed group offset seen was committed by a transaction that committed
@@ -624,28 +632,23 @@ class Checker:
                 if o < 0 or (tp, o) in reported:
                     continue
                 writers = by_offset.get((tp, o), [])
-                where = "the final offsets" if op is None else f"offsets read at op {op.index}"
+                more: dict[str, Any] = {}
                 if not writers:
-                    reported.add((tp, o))
-                    self.flag(
-                        "phantom-offsets",
-                        f"{where}: {tp[0]}-{tp[1]} committed at {o}, which no transaction "
-                        "committed",
-                        topic=tp[0],
-                        partition=tp[1],
-                        offset=o,
-                    )
+                    kind, why = "phantom-offsets", "no transaction committed"
                 elif all(txn.aborted for txn in writers):
-                    reported.add((tp, o))
-                    self.flag(
-                        "aborted-offsets",
-                        f"{where}: {tp[0]}-{tp[1]} committed at {o}, which only aborted "
-                        f"transaction(s) committed: {[t.id for t in writers]}",
-                        topic=tp[0],
-                        partition=tp[1],
-                        offset=o,
-                        txns={t.id: t.error or t.intent for t in writers},
-                    )
+                    kind = "aborted-offsets"
+                    why = f"only aborted transaction(s) committed: {[t.id for t in writers]}"
+                    more = {"txns": {t.id: t.error or t.intent for t in writers}}
+                else:
+                    continue
+                reported.add((tp, o))
+                where = "the final offsets" if op is None else f"offsets read at op {op.index}"
+                self.flag(
+                    kind,
+                    f"{where}: {tp[0]}-{tp[1]} committed at {o}, which {why}",
+                    **_place(*tp, o),
+                    **more,
+                )
 
     # -- figures ---------------------------------------------------------------------------
 
