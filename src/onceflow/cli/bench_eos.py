@@ -120,8 +120,9 @@ class TxnProducerReport(ProducerReport):
 
 
 def aborts(index: int, ratio: float) -> bool:
-    """Whether transaction `index` is aborted: evenly spread, `ratio` of them in all."""
-    return math.floor((index + 1) * ratio) > math.floor(index * ratio)
+    """Whether transaction `index` is aborted: evenly spread, `ratio` of them in all, the first
+    half-way into the first stretch (the 5th of 10 at 0.1), so a short round has some too."""
+    return math.floor((index + 1) * ratio + 0.5) > math.floor(index * ratio + 0.5)
 
 
 def producer_worker_main() -> int:
