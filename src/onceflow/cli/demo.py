@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.cli.options import ClientErrors, client_config
 from onceflow.pipelines import CRASH_AFTER_BATCH_ENV
 from onceflow.pipelines.topic_reader import read_topic
 from onceflow.pipelines.wordcount_check import CountReport, check_counts, words_of
@@ -75,7 +76,7 @@ def _sentences(count: int, seed: int) -> list[str]:
 
 def _produce(bootstrap: str, topic: str, sentences: list[str]) -> None:
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+        client_config(bootstrap, ClientErrors(), {"enable.idempotence": True, "linger.ms": 5})
     )
     for i, sentence in enumerate(sentences):
         producer.produce(topic, value=sentence.encode(), key=str(i).encode())
@@ -229,7 +230,8 @@ def _demo(
     console.print(f"starting an embedded broker in {workdir / 'broker'}")
     broker.start()
     bootstrap = broker.bootstrap
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # Quiet: it stays connected while the broker is killed, and librdkafka would log that.
+    admin = AdminClient(client_config(bootstrap, ClientErrors()))
     topics = ["sentences", "counts-exactly-once", "counts-at-least-once"]
     for future in admin.create_topics([NewTopic(t, 2, 1) for t in topics]).values():
         future.result(30)
