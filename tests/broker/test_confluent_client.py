@@ -129,3 +129,18 @@ def test_list_offsets_by_timestamp(bootstrap: str, topic_name: str) -> None:
     [tp] = consumer.offsets_for_times([TopicPartition(topic_name, 0, 9_999_999)], timeout=10)
     assert tp.offset == -1
     consumer.close()
+
+
+def test_a_batch_larger_than_a_segment_is_refused_with_record_list_too_large(
+    bootstrap: str, topic_name: str
+) -> None:
+    """As Kafka: a batch never spans segments, so one over segment.bytes gets
+    RECORD_LIST_TOO_LARGE (not a closed connection); smaller batches still go in."""
+    create_topic(bootstrap, topic_name, 1, **{"segment.bytes": "300"})
+    results: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0})
+    producer.produce(topic_name, b"x" * 400, on_delivery=lambda err, _m: results.append(err))
+    producer.flush(30)
+    [error] = results
+    assert error is not None and error.code() == KafkaError.RECORD_LIST_TOO_LARGE, error
+    assert produce(bootstrap, topic_name, [b"small"]) == [(0, 0)]

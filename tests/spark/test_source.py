@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame, SparkSession
+
+from onceflow.broker.embedded import EmbeddedBroker
 
 from .kafka_io import (
     add_partitions,
@@ -223,3 +229,44 @@ def test_source_reads_what_a_plain_consumer_reads(
             _reader(spark, bootstrap, topic, **{"kafka.isolation.level": isolation})
         )
         assert Counter(spark_values) == Counter(read_values(bootstrap, topic, isolation))
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_planned_offsets_deleted_by_retention(
+    spark: SparkSession,
+    make_broker: Callable[..., EmbeddedBroker],
+    topic_name: str,
+    fail_on_data_loss: bool,
+) -> None:
+    """Offsets planned but gone from the log (retention deleted them) fail the read, as in
+    Spark's Kafka source, unless failOnDataLoss=false, which reads on from the log start."""
+    broker = make_broker(settings={"log.retention.check.interval.ms": "100"})
+    bootstrap = broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # Every batch rolls a segment; retention keeps only the active one.
+    configs = {"segment.bytes": "400", "retention.bytes": "1"}
+    admin.create_topics([NewTopic(topic_name, 1, 1, config=configs)])[topic_name].result(30)
+    values = [f"v{i}-" + "x" * 100 for i in range(8)]
+    for value in values:  # one batch each
+        produce(bootstrap, topic_name, [value], partition=0)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        deadline = time.monotonic() + 30
+        while (start := consumer.get_watermark_offsets(TopicPartition(topic_name, 0), 10)[0]) == 0:
+            assert time.monotonic() < deadline, "retention never deleted a segment"
+            time.sleep(0.1)
+    finally:
+        consumer.close()
+
+    df = _reader(
+        spark,
+        bootstrap,
+        topic_name,
+        startingOffsets=f'{{"{topic_name}": {{"0": 0}}}}',
+        failOnDataLoss=str(fail_on_data_loss).lower(),
+    )
+    if fail_on_data_loss:
+        with pytest.raises(Exception, match="no longer in the log"):
+            _values(df)
+    else:
+        assert _values(df) == values[start:]

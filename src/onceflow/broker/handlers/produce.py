@@ -83,11 +83,16 @@ def append_to_partition(
     except RecordsError as e:
         raise ProduceError(records_error_code(e), str(e)) from None
     [(_, header)] = headers  # validate_produce allows exactly one batch (Produce v3+)
-    max_bytes = partition.log.config.max_message_bytes
-    if header.size > max_bytes:
+    config = partition.log.config
+    if header.size > config.max_message_bytes:
         raise ProduceError(
             ErrorCode.message_too_large,
-            f"batch of {header.size} bytes exceeds max.message.bytes={max_bytes}",
+            f"batch of {header.size} bytes exceeds max.message.bytes={config.max_message_bytes}",
+        )
+    if header.size > config.segment_bytes:  # as Kafka: a batch never spans segments
+        raise ProduceError(
+            ErrorCode.record_list_too_large,
+            f"batch of {header.size} bytes exceeds segment.bytes={config.segment_bytes}",
         )
     if header.has_producer_id:
         verified = True
