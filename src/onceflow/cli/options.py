@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import io
-import logging
 import os
 import sys
 import time
@@ -24,6 +23,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
+
+from onceflow.librdkafka_log import QUIET
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 # Short on purpose: a tool pointed at the wrong address should say so in seconds.
@@ -126,11 +127,6 @@ def parse_bool(value: str, name: str) -> bool:
 
 # --- Kafka clients ------------------------------------------------------------------------
 
-_LIBRDKAFKA_LOG = logging.getLogger("onceflow.cli.librdkafka")
-# librdkafka's own log lines repeat what error_cb delivers; the tools report the cause once.
-_LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
-_LIBRDKAFKA_LOG.propagate = False
-
 
 @dataclass
 class ClientErrors:
@@ -170,7 +166,7 @@ def client_config(
         "bootstrap.servers": bootstrap,
         "client.id": "onceflow-cli",
         "error_cb": errors,
-        "logger": _LIBRDKAFKA_LOG,
+        "logger": QUIET,  # librdkafka's lines repeat what error_cb delivers
         "socket.connection.setup.timeout.ms": int(CONNECT_TIMEOUT_S * 1000),
     }
     config.update(overrides or {})

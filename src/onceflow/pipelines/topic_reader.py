@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from onceflow.librdkafka_log import QUIET
+
 
 @dataclass(frozen=True, slots=True)
 class ReadRecord:
@@ -25,7 +27,7 @@ class ReadTimeoutError(TimeoutError):
 def end_offsets(
     bootstrap: str, topic: str, *, read_committed: bool = True, timeout: float = 30.0
 ) -> dict[int, int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": QUIET})
     metadata = admin.list_topics(topic, timeout=timeout)
     partitions = sorted(metadata.topics[topic].partitions)
     isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
@@ -44,6 +46,7 @@ def read_topic(
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
+            "logger": QUIET,
             "group.id": "onceflow-reader",
             "enable.auto.commit": False,
             "fetch.queue.backoff.ms": 10,
