@@ -67,6 +67,17 @@ def load(directory: Path) -> tuple[TransactionCoordinator, int]:
     return coordinator, replayed
 
 
+def written_and_loaded(
+    tmp_path: Path,
+) -> tuple[Path, list[tuple[bytes, bytes | None]], TransactionCoordinator]:
+    """A short history written as a transaction log, and a coordinator loaded from it."""
+    records, _ = history(30)
+    directory = tmp_path / TXN_LOG
+    write_log(directory, records)
+    coordinator, _ = load(directory)
+    return directory, records, coordinator
+
+
 def rewrite(directory: Path, records: list[tuple[bytes, bytes | None]]) -> None:
     log = CoordinatorLog(directory, GroupCommitter(enabled=False), ManualClock())
     log.rewrite([(records, None)])
@@ -99,10 +110,7 @@ def test_the_rewritten_log_replays_to_the_same_state(tmp_path: Path) -> None:
 def test_a_crash_before_the_swap_keeps_the_old_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    records, _ = history(30)
-    directory = tmp_path / TXN_LOG
-    write_log(directory, records)
-    coordinator, _ = load(directory)
+    directory, records, coordinator = written_and_loaded(tmp_path)
 
     def crash(src: object, dst: object) -> None:
         raise OSError("crashed")
@@ -121,10 +129,7 @@ def test_a_crash_before_the_swap_keeps_the_old_log(
 def test_a_crash_between_the_renames_finishes_the_swap_on_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    records, _ = history(30)
-    directory = tmp_path / TXN_LOG
-    write_log(directory, records)
-    coordinator, _ = load(directory)
+    directory, _, coordinator = written_and_loaded(tmp_path)
     state = coordinator.state_records()
     real_rename = os.rename
     calls: list[object] = []

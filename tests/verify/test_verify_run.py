@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from onceflow.cli.main import app
 from onceflow.verify.checker import check
@@ -24,20 +25,17 @@ def verify_command() -> list[str]:
     return [sys.executable, "-m", module, "verify"]
 
 
-def test_verify_embedded_with_every_fault_finds_no_anomaly(tmp_path: Path) -> None:
+def run_verify(
+    tmp_path: Path, *args: str, timeout: float, env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], str]:
+    """`onceflow verify --embedded ARGS` in a subprocess that must exit 0: its JSON report and
+    what it printed."""
     report_path = tmp_path / "report.json"
     done = subprocess.run(
         [
             *verify_command(),
             "--embedded",
-            "--duration",
-            DURATION,
-            "--faults",
-            "all",
-            "--seed",
-            "11",
-            "--transaction-timeout-ms",
-            "5000",
+            *args,
             "--work-dir",
             str(tmp_path / "run"),
             "--json",
@@ -45,11 +43,21 @@ def test_verify_embedded_with_every_fault_finds_no_anomaly(tmp_path: Path) -> No
         ],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout,
         check=False,
+        env=env,
     )
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    report = json.loads(report_path.read_text())
+    return json.loads(report_path.read_text()), done.stdout
+
+
+def test_verify_embedded_with_every_fault_finds_no_anomaly(tmp_path: Path) -> None:
+    report, stdout = run_verify(
+        tmp_path,
+        *("--duration", DURATION, "--faults", "all", "--seed", "11"),
+        *("--transaction-timeout-ms", "5000"),
+        timeout=240,
+    )
     assert report["valid"] and report["ok"], report
     assert set(report["anomalies"].values()) == {0}
     assert report["anomaly_details"] == {}
@@ -62,7 +70,7 @@ def test_verify_embedded_with_every_fault_finds_no_anomaly(tmp_path: Path) -> No
     assert operations["aborted_on_purpose"] >= 10, operations
     assert operations["polls_records"] >= 1000, operations
     assert report["details"]["copiers_drained"]  # so committed input = committed output
-    summary = json.loads(done.stdout.strip().splitlines()[-1])  # the one-line JSON summary
+    summary = json.loads(stdout.strip().splitlines()[-1])  # the one-line JSON summary
     assert summary["anomalies"] == report["anomalies"]
 
     history = History.load(Path(report["history"]))
@@ -74,30 +82,12 @@ def test_verify_embedded_with_every_fault_finds_no_anomaly(tmp_path: Path) -> No
 def test_verify_simulates_the_full_disk_where_it_cannot_mount_one(tmp_path: Path) -> None:
     """Without `mount` (as without root) the disk fault is simulated in the broker's log layer:
     still injected, the broker halts and restarts, and nothing is lost or seen twice."""
-    report_path = tmp_path / "report.json"
-    done = subprocess.run(
-        [
-            *verify_command(),
-            "--embedded",
-            "--duration",
-            "30s",
-            "--faults",
-            "disk",
-            "--seed",
-            "3",
-            "--work-dir",
-            str(tmp_path / "run"),
-            "--json",
-            str(report_path),
-        ],
-        capture_output=True,
-        text=True,
+    report, _ = run_verify(
+        tmp_path,
+        *("--duration", "30s", "--faults", "disk", "--seed", "3"),
         timeout=180,
-        check=False,
         env={**os.environ, "PATH": str(Path(sys.executable).parent)},  # no `mount` on it
     )
-    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    report = json.loads(report_path.read_text())
     assert report["details"]["disk"].startswith("simulated in the log layer"), report["details"]
     assert report["faults_injected"].get("disk", 0) >= 1, report["faults_injected"]
     assert report["details"]["broker_exits"] >= 1  # it halted on the full disk
