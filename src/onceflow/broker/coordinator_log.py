@@ -12,9 +12,10 @@ replays those alone.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from onceflow.broker.durability import GroupCommitter
@@ -25,6 +26,8 @@ from onceflow.records.batch import iter_batches
 from onceflow.records.builder import build_batch
 from onceflow.records.control import build_marker
 from onceflow.records.record import DecodedBatch, iter_decoded_batches
+
+log = logging.getLogger(__name__)
 
 KeyValue = tuple[bytes, bytes | None]
 # Records to write together, and the producer id of the open transaction they belong to (None:
@@ -82,6 +85,18 @@ class CoordinatorLog:
         """Every batch from the start of the log, decoded, for loading."""
         for data in self.log.read_batches_bytes(self.log.log_start_offset):
             yield from iter_decoded_batches(data)
+
+    def rewrite_if_large(self, replayed: int, state: Callable[[], Sequence[StateBatch]]) -> None:
+        """After a load that replayed `replayed` records: rewrite the log as `state()` when
+        should_rewrite says so (the state is only written out for a log that may qualify)."""
+        if replayed < REWRITE_MIN_RECORDS:
+            return
+        batches = state()
+        kept = sum(len(records) for records, _ in batches)
+        if should_rewrite(replayed, kept):
+            name = self.log.directory.name
+            log.info("rewriting %s: %d records replay to %d", name, replayed, kept)
+            self.rewrite(batches)
 
     def rewrite(self, batches: Iterable[StateBatch]) -> None:
         """Replace the whole log by `batches` (its coordinator's state written out), while

@@ -12,7 +12,7 @@ from typing import Any
 from onceflow.broker import handlers  # noqa: F401  (registers the API handlers)
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
-from onceflow.broker.coordinator_log import CoordinatorLog, should_rewrite
+from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
 from onceflow.broker.durability import GroupCommitter
 from onceflow.broker.partition import Partition
@@ -160,11 +160,7 @@ class Broker:
                     header.producer_epoch,
                     header.is_transactional,
                 )
-        state = self.groups.state_batches()
-        kept = sum(len(records) for records, _ in state)
-        if should_rewrite(replayed, kept):
-            log.info("rewriting __consumer_offsets: %d records replay to %d", replayed, kept)
-            self.offsets_log.rewrite(state)
+        self.offsets_log.rewrite_if_large(replayed, self.groups.state_batches)
 
     def write_offsets_records(
         self,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.coordinator_log import CoordinatorLog, should_rewrite
+from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.faults import crash_point, delay_point
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.records.control import build_marker
@@ -55,10 +55,7 @@ class Transactions:
             for record in batch.records:
                 self.coordinator.replay(record.key or b"", record.value)
                 replayed += 1
-        state = self.coordinator.state_records()
-        if should_rewrite(replayed, len(state)):
-            log.info("rewriting __transaction_state: %d records replay to %d", replayed, len(state))
-            self.log.rewrite([(state, None)])
+        self.log.rewrite_if_large(replayed, lambda: [(self.coordinator.state_records(), None)])
 
     def complete_in_doubt(self) -> None:
         """Drive transactions found in PrepareCommit/PrepareAbort to completion."""
@@ -99,12 +96,11 @@ class Transactions:
         """
         return self._markers_by_id.get(transactional_id or "")
 
-    def _spawn_markers(self, job: MarkerJob) -> asyncio.Task[None]:
+    def _spawn_markers(self, job: MarkerJob) -> None:
         task = asyncio.get_running_loop().create_task(self._write_markers(job))
         self._marker_tasks.add(task)
         self._markers_by_id[job.transactional_id] = task
         task.add_done_callback(lambda done: self._marker_done(job.transactional_id, done))
-        return task
 
     def _marker_done(self, transactional_id: str, task: asyncio.Task[None]) -> None:
         self._marker_tasks.discard(task)
