@@ -5,6 +5,7 @@ Shared by the in-process tests and the driver child process that gets SIGKILLed.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -76,3 +77,19 @@ def check_output(output: Iterable[str], expected: Iterable[str], *, exactly_once
     else:
         assert set(output) == set(expected)
         assert duplicates(output) > 0, "the fault left no duplicates: the test proves nothing"
+
+
+def first_batch_done(query: StreamingQuery, timeout: float = 180) -> bool:
+    """Wait until the query has run a micro-batch (or ended); False if it failed.
+
+    Tests that run two queries start the second only then: two queries whose first jobs run
+    at once (on a restart from their checkpoints above all) sometimes failed every attempt
+    with java.io.OptionalDataException as Spark deserialized the tasks, with or without a
+    DataFrame in common (seen in CI).
+    """
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.lastProgress is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no micro-batch of {query.name or query.id} in {timeout} s")
+        time.sleep(0.1)
+    return query.exception() is None

@@ -11,11 +11,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pyspark.sql import DataFrame
+from pyspark.sql.streaming import StreamingQuery
 
 import onceflow.spark
 
-from .copy_job import copy_stream, start_copy
+from .copy_job import copy_stream, first_batch_done, start_copy
 from .faults import slow_down
 
 EXACTLY_ONCE_OUT = "{source}-eos"
@@ -28,30 +28,25 @@ def main(bootstrap: str, source: str, checkpoints: Path, mode: str) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
 
-    def stream() -> DataFrame:  # one per query: test_sink.test_broker_killed_and_restarted_...
-        return copy_stream(spark, bootstrap, source, transform=slow_down(10, 0.05), max_offsets=300)
+    def start(out: str, checkpoint: str, exactly_once: bool) -> StreamingQuery:
+        df = copy_stream(spark, bootstrap, source, transform=slow_down(10, 0.05), max_offsets=300)
+        return start_copy(
+            df,
+            bootstrap,
+            out.format(source=source),
+            checkpoints / checkpoint,
+            exactly_once=exactly_once,
+            available_now=mode == "finish",
+        )
 
-    available_now = mode == "finish"
-    queries = [
-        start_copy(
-            stream(),
-            bootstrap,
-            EXACTLY_ONCE_OUT.format(source=source),
-            checkpoints / "eos",
-            exactly_once=True,
-            available_now=available_now,
-        ),
-        start_copy(
-            stream(),
-            bootstrap,
-            PLAIN_OUT.format(source=source),
-            checkpoints / "plain",
-            exactly_once=False,
-            available_now=available_now,
-        ),
-    ]
+    # The second query starts once the first has run a micro-batch (see first_batch_done).
+    eos = start(EXACTLY_ONCE_OUT, "eos", exactly_once=True)
+    if not first_batch_done(eos):
+        print(f"query failed: {eos.exception()}", flush=True)
+        return 1
+    plain = start(PLAIN_OUT, "plain", exactly_once=False)
     print("queries started", flush=True)
-    for query in queries:
+    for query in (eos, plain):
         query.awaitTermination()
         if query.exception() is not None:
             print(f"query failed: {query.exception()}", flush=True)

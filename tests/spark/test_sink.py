@@ -27,7 +27,7 @@ from onceflow.spark.task_transaction import (
     write_exactly_once,
 )
 
-from .copy_job import check_output, copy_stream, start_copy
+from .copy_job import check_output, copy_stream, first_batch_done, start_copy
 from .faults import fail_first_attempt, slow_down
 from .kafka_io import (
     committed_batches,
@@ -115,10 +115,8 @@ def test_broker_killed_and_restarted_mid_stream(
     values = _topics(bootstrap, "crash", 1200, pad=1000)
     create_topic(bootstrap, "crash-plain", 2)
 
-    # Both sinks at once, from the same input, through the same broker crash. Each query gets
-    # its own DataFrame: two queries started together on one DataFrame once failed every
-    # attempt of their first stages with java.io.OptionalDataException as Spark deserialized
-    # the tasks (a race on plan objects the two queries share).
+    # Both sinks at once, from the same input, through the same broker crash; the second
+    # starts after the first's first micro-batch (see copy_job.first_batch_done).
     def stream() -> DataFrame:
         return copy_stream(
             spark, bootstrap, "crash-in", transform=slow_down(10, 0.05), max_offsets=300
@@ -127,6 +125,7 @@ def test_broker_killed_and_restarted_mid_stream(
     eos = start_copy(
         stream(), bootstrap, "crash-out", tmp_path / "eos", exactly_once=True, available_now=False
     )
+    assert first_batch_done(eos), eos.exception()
     plain = start_copy(
         stream(),
         bootstrap,
