@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import uuid
-from pathlib import Path
 from typing import Any
 
 from onceflow.broker import handlers  # noqa: F401  (registers the API handlers)
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
 from onceflow.broker.coordinator_log import CoordinatorLog
+from onceflow.broker.data_dir import open_data_dir
 from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
 from onceflow.broker.durability import GroupCommitter
 from onceflow.broker.partition import Partition
@@ -33,25 +32,12 @@ class HandlerCrashError(ProtocolError):
     """A handler raised unexpectedly: that connection is closed, the broker goes on."""
 
 
-def _cluster_id(data_dir: Path) -> str:
-    """Read or create meta.properties, as Kafka keeps the cluster id."""
-    path = data_dir / "meta.properties"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if line.startswith("cluster.id="):
-                return line.split("=", 1)[1].strip()
-    cluster_id = uuid.uuid4().hex[:22]
-    path.write_text(f"version=1\ncluster.id={cluster_id}\n")
-    return cluster_id
-
-
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock = system_clock) -> None:
         self.config = config
         self.clock = clock
         self.supported = supported_versions()
-        config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = _cluster_id(config.data_dir)
+        self.cluster_id = open_data_dir(config.data_dir, config.node_id)
         self.topics = TopicRegistry(config, clock)
         self.committer = GroupCommitter(enabled=config.fsync)
         self.offsets_log = CoordinatorLog(

@@ -1,31 +1,47 @@
 """The topic registry: names, topic ids, partition logs, topic-level configs, all durable.
 
-`topics.json` in the data directory is the source of truth, replaced atomically; a partition
-directory not named in it (a crash between creating directories and recording the topic, or
-during a delete) is removed on start.
+`topics.json` in the data directory is the source of truth, replaced atomically. Beside the
+topics it holds a journal, `pending_removal`: the partition directories a change in progress
+may leave behind (a CreateTopics' new directories, a DeleteTopics' doomed ones). A change
+first writes the journal, then does its file work, then writes the outcome with the journal
+cleared; a crash anywhere leaves either the change or nothing, and on start only directories
+the journal names are removed. Nothing else in the data directory is ever deleted.
+
+Changes run one at a time (in arrival order) and their file work (directories, segment files,
+fsyncs, the topics.json writes) runs on a worker thread, so a request for 10,000 partitions
+never stalls the event loop; the new topics are registered on the loop once durable.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
 
 from onceflow.broker.config import BrokerConfig
+from onceflow.broker.faults import crash_point, fail_point
 from onceflow.broker.partition import Partition
+from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.clock import Clock
 from onceflow.log.config import LogConfig
+from onceflow.log.errors import LogError
 
 log = logging.getLogger(__name__)
 
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_NAME_LENGTH = 249
+MAX_PARTITIONS = 10_000
 INTERNAL_PREFIX = "__"
+TOPICS_FILE = "topics.json"
 
 # Broker-level defaults and the topic-level settings they provide defaults for.
 _BROKER_TO_TOPIC = {
@@ -37,6 +53,8 @@ _BROKER_TO_TOPIC = {
     "log_message_timestamp_type": "message.timestamp.type",
     "message_max_bytes": "max.message.bytes",
 }
+
+T = TypeVar("T")
 
 
 class TopicError(Exception):
@@ -55,6 +73,10 @@ class UnknownTopicError(TopicError):
     pass
 
 
+class UnknownTopicIdError(TopicError):
+    pass
+
+
 class InvalidPartitionsError(TopicError):
     pass
 
@@ -67,6 +89,10 @@ class InvalidReplicationError(TopicError):
     pass
 
 
+class TopicStorageError(TopicError):
+    """The topic's files could not be made (KAFKA_STORAGE_ERROR); nothing of it was kept."""
+
+
 @dataclass(eq=False)
 class Topic:
     name: str
@@ -75,17 +101,52 @@ class Topic:
     partitions: list[Partition]
 
 
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class _Plan:
+    """Partitions [first, total) of one topic to make on the worker thread."""
+
+    name: str
+    topic_id: uuid.UUID
+    configs: dict[str, str]
+    first: int
+    total: int
+    log_config: LogConfig
+    opened: list[Partition] = field(default_factory=list)
+    error: TopicError | None = None
+
+    @property
+    def dirs(self) -> list[str]:
+        return [partition_dir_name(self.name, i) for i in range(self.first, self.total)]
+
+
+def partition_dir_name(topic: str, index: int) -> str:
+    return f"{topic}-{index}"
+
+
 def validate_topic_name(name: str) -> None:
     if not name or name in (".", ".."):
         raise InvalidTopicError(f"topic name {name!r} is illegal")
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidTopicError(f"topic name is longer than {MAX_NAME_LENGTH} characters")
-    if not _LEGAL_NAME.match(name):
+    # fullmatch: with match and `$`, "ok\n" passed (`$` matches before a final newline).
+    if not _LEGAL_NAME.fullmatch(name):
         raise InvalidTopicError(
             f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_', '-'"
         )
     if name.startswith(INTERNAL_PREFIX):
         raise InvalidTopicError(f"topic names starting with {INTERNAL_PREFIX!r} are internal")
+
+
+def collision_key(name: str) -> str:
+    """Kafka's Topic.hasCollision: names equal once '.' reads as '_' (metric names) collide."""
+    return name.replace(".", "_")
 
 
 class TopicRegistry:
@@ -95,6 +156,12 @@ class TopicRegistry:
         self.data_dir = config.data_dir
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
+        self._by_collision_key: dict[str, str] = {}
+        # Directories a failed removal left: kept in the journal, retried on the next start.
+        self._pending_removal: set[str] = set()
+        self._changes = asyncio.Lock()
+        self._worker: ThreadPoolExecutor | None = None
+        self._jobs: set[asyncio.Task[Any]] = set()
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -115,17 +182,31 @@ class TopicRegistry:
 
     def load(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        path = self.data_dir / "topics.json"
-        stored = json.loads(path.read_text())["topics"] if path.exists() else {}
+        path = self.data_dir / TOPICS_FILE
+        state = json.loads(path.read_text()) if path.exists() else {}
+        stored = state.get("topics", {})
+        known = {
+            partition_dir_name(name, i)
+            for name, meta in stored.items()
+            for i in range(meta["partitions"])
+        }
+        # A change cut short by a crash: its directories go, its topics.json never named them.
+        journal = [d for d in state.get("pending_removal", []) if d not in known]
+        self._pending_removal = _remove_dirs(self.data_dir, journal)
         for name, meta in stored.items():
             topic = Topic(name, uuid.UUID(meta["id"]), dict(meta["configs"]), [])
             log_config = self.log_config(topic.configs)
             for index in range(meta["partitions"]):
                 topic.partitions.append(self._open_partition(name, index, log_config))
             self._add(topic)
-        self._remove_orphans()
+        if journal:
+            self._write_state(self._payload(), sorted(self._pending_removal))
 
     def close(self) -> None:
+        if self._worker is not None:
+            # A change still on the worker finishes its file work; it is recorded or journaled.
+            self._worker.shutdown(wait=True)
+            self._worker = None
         for topic in self._topics.values():
             for partition in topic.partitions:
                 partition.close()
@@ -134,47 +215,52 @@ class TopicRegistry:
         return Partition.open(
             name,
             index,
-            self.data_dir / f"{name}-{index}",
+            self.data_dir / partition_dir_name(name, index),
             log_config,
             self.clock,
             self.config.producer_id_expiration_ms,
         )
 
-    def _remove_orphans(self) -> None:
-        known = {f"{t.name}-{p.index}" for t in self._topics.values() for p in t.partitions}
-        for entry in self.data_dir.iterdir():
-            if not entry.is_dir() or entry.name.startswith(INTERNAL_PREFIX):
-                continue
-            if re.match(r"^.+-\d+$", entry.name) and entry.name not in known:
-                log.info("removing partition directory %s not in topics.json", entry.name)
-                shutil.rmtree(entry, ignore_errors=True)
-
-    def _save(self) -> None:
-        payload = {
-            "topics": {
-                t.name: {
-                    "id": str(t.topic_id),
-                    "partitions": len(t.partitions),
-                    "configs": t.configs,
-                }
-                for t in self._topics.values()
-            }
+    def _payload(self) -> dict[str, Any]:
+        """What topics.json records of the registered topics (taken on the loop)."""
+        return {
+            t.name: {"id": str(t.topic_id), "partitions": len(t.partitions), "configs": t.configs}
+            for t in self._topics.values()
         }
-        tmp = self.data_dir / "topics.json.tmp"
+
+    def _write_state(self, topics: dict[str, Any], pending_removal: list[str]) -> None:
+        """Replace topics.json durably (worker thread, or the loop before serving)."""
+        payload = {"topics": topics, "pending_removal": pending_removal}
+        tmp = self.data_dir / (TOPICS_FILE + ".tmp")
         with tmp.open("w") as f:
             json.dump(payload, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.data_dir / "topics.json")
-        fd = os.open(self.data_dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        os.replace(tmp, self.data_dir / TOPICS_FILE)
+        _fsync_dir(self.data_dir)
 
     def _add(self, topic: Topic) -> None:
         self._topics[topic.name] = topic
         self._by_id[topic.topic_id] = topic
+        self._by_collision_key[collision_key(topic.name)] = topic.name
+
+    def _remove(self, topic: Topic) -> None:
+        del self._topics[topic.name]
+        del self._by_id[topic.topic_id]
+        self._by_collision_key.pop(collision_key(topic.name), None)
+
+    async def _unstoppable(self, job: Coroutine[Any, Any, T]) -> T:
+        """Run a change to its end even when its requester goes away: cancelled half-way, a
+        change would leave its files made but its topics unregistered (and later unrecorded)."""
+        task = asyncio.ensure_future(job)
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
+        return await asyncio.shield(task)
+
+    async def _off_loop(self, fn: Callable[[], T]) -> T:
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="topics")
+        return await asyncio.get_running_loop().run_in_executor(self._worker, fn)
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -196,54 +282,231 @@ class TopicRegistry:
     def __len__(self) -> int:
         return len(self._topics)
 
-    # -- changes ----------------------------------------------------------------------------
+    # -- validation -------------------------------------------------------------------------
 
-    def validate_new(self, name: str, num_partitions: int, configs: dict[str, str]) -> LogConfig:
+    def validate_new(
+        self,
+        name: str,
+        num_partitions: int,
+        configs: dict[str, str],
+        also: dict[str, str] | None = None,
+    ) -> LogConfig:
+        """Check a topic to create; `also` holds collision keys of topics created before it in
+        the same request (Kafka checks each against those too)."""
         validate_topic_name(name)
         if name in self._topics:
-            raise TopicExistsError(f"topic {name!r} already exists")
+            raise TopicExistsError(f"Topic '{name}' already exists.")
+        key = collision_key(name)
+        existing = self._by_collision_key.get(key) or (also or {}).get(key)
+        if existing is not None:
+            raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {existing}")
         if num_partitions < 1:
             raise InvalidPartitionsError("number of partitions must be at least 1")
-        if num_partitions > 10_000:
-            raise InvalidPartitionsError("number of partitions must be at most 10000")
+        if num_partitions > MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"number of partitions must be at most {MAX_PARTITIONS}")
         return self.log_config(configs)
 
-    def create(
-        self, name: str, num_partitions: int, configs: dict[str, str] | None = None
-    ) -> Topic:
-        configs = dict(configs or {})
-        log_config = self.validate_new(name, num_partitions, configs)
-        topic = Topic(name, uuid.uuid4(), configs, [])
-        for index in range(num_partitions):
-            topic.partitions.append(self._open_partition(name, index, log_config))
-        self._add(topic)
-        self._save()
-        return topic
+    # -- changes (one at a time, file work off the loop) -------------------------------------
 
-    def delete(self, name: str) -> Topic:
-        topic = self._topics.pop(name, None)
-        if topic is None:
-            raise UnknownTopicError(f"topic {name!r} does not exist")
-        del self._by_id[topic.topic_id]
-        self._save()
-        for partition in topic.partitions:
-            partition.notify()
-            partition.delete()
-        return topic
+    async def create_topics(self, wanted: list[NewTopic]) -> list[Topic | TopicError]:
+        """Create each topic whole or not at all; one topics.json write per call."""
+        return await self._unstoppable(self._create_topics(wanted))
 
-    def add_partitions(self, name: str, total: int) -> Topic:
-        topic = self._topics.get(name)
-        if topic is None:
-            raise UnknownTopicError(f"topic {name!r} does not exist")
-        current = len(topic.partitions)
-        if total <= current:
-            raise InvalidPartitionsError(
-                f"topic {name!r} has {current} partitions; the new count must be larger"
+    async def _create_topics(self, wanted: list[NewTopic]) -> list[Topic | TopicError]:
+        async with self._changes:
+            results: dict[int, Topic | TopicError] = {}
+            plans: dict[int, _Plan] = {}
+            batch_keys: dict[str, str] = {}
+            for i, new in enumerate(wanted):
+                try:
+                    log_config = self.validate_new(
+                        new.name, new.num_partitions, new.configs, batch_keys
+                    )
+                except TopicError as e:
+                    results[i] = e
+                    continue
+                batch_keys[collision_key(new.name)] = new.name
+                plans[i] = _Plan(
+                    new.name, uuid.uuid4(), dict(new.configs), 0, new.num_partitions, log_config
+                )
+            if plans:
+                await self._make_partitions(list(plans.values()), self._payload())
+            for i, plan in plans.items():
+                if plan.error is not None:
+                    results[i] = plan.error
+                    continue
+                topic = Topic(plan.name, plan.topic_id, plan.configs, plan.opened)
+                self._add(topic)
+                results[i] = topic
+            return [results[i] for i in range(len(wanted))]
+
+    async def add_partitions(self, name: str, total: int) -> Topic:
+        """CreatePartitions: the new partitions all exist, or none does."""
+        return await self._unstoppable(self._add_partitions(name, total))
+
+    async def _add_partitions(self, name: str, total: int) -> Topic:
+        async with self._changes:
+            topic = self._topics.get(name)
+            if topic is None:
+                raise UnknownTopicError(f"topic {name!r} does not exist")
+            current = len(topic.partitions)
+            if total <= current:
+                raise InvalidPartitionsError(
+                    f"Topic currently has {current} partitions, which is higher than or equal "
+                    f"to the requested {total}."
+                )
+            if total > MAX_PARTITIONS:
+                raise InvalidPartitionsError(
+                    f"number of partitions must be at most {MAX_PARTITIONS}"
+                )
+            plan = _Plan(
+                name, topic.topic_id, topic.configs, current, total, self.log_config(topic.configs)
             )
-        if total > 10_000:
-            raise InvalidPartitionsError("number of partitions must be at most 10000")
-        log_config = self.log_config(topic.configs)
-        for index in range(current, total):
-            topic.partitions.append(self._open_partition(name, index, log_config))
-        self._save()
-        return topic
+            await self._make_partitions([plan], self._payload())
+            if plan.error is not None:
+                raise plan.error
+            topic.partitions.extend(plan.opened)
+            return topic
+
+    async def delete_topics(self, wanted: list[str | uuid.UUID]) -> list[Topic | TopicError]:
+        """Unregister at once (no client sees them after the answer), then remove the files.
+        Each is a name or a topic id."""
+        return await self._unstoppable(self._delete_topics(wanted))
+
+    async def _delete_topics(self, wanted: list[str | uuid.UUID]) -> list[Topic | TopicError]:
+        async with self._changes:
+            results: list[Topic | TopicError] = []
+            doomed: list[tuple[str, str]] = []
+            for key in wanted:
+                if isinstance(key, uuid.UUID):
+                    topic = self._by_id.get(key)
+                    if topic is None:
+                        results.append(UnknownTopicIdError(f"topic id {key} does not exist"))
+                        continue
+                else:
+                    topic = self._topics.get(key)
+                    if topic is None:
+                        results.append(UnknownTopicError(f"topic {key!r} does not exist"))
+                        continue
+                self._remove(topic)
+                for partition in topic.partitions:
+                    partition.notify()
+                    _release(partition)
+                    original = partition_dir_name(topic.name, partition.index)
+                    # Kafka's rename: the name is free for a new topic at once, and what the
+                    # journal then names can only be this topic's.
+                    doomed.append((original, f"{original}.{topic.topic_id.hex}-delete"))
+                results.append(topic)
+            if doomed:
+                committed = self._payload()
+                await self._off_loop(lambda: self._delete_files(doomed, committed))
+            return results
+
+    # -- file work on the worker thread ----------------------------------------------------
+
+    def _make_partitions(self, plans: list[_Plan], committed: dict[str, Any]) -> Any:
+        return self._off_loop(lambda: self._make_partitions_now(plans, committed))
+
+    def _make_partitions_now(self, plans: list[_Plan], committed: dict[str, Any]) -> None:
+        for plan in plans:
+            taken = [d for d in plan.dirs if os.path.lexists(self.data_dir / d)]
+            if taken:
+                # Not ours (the journal removes ours): never open, let alone remove, it.
+                plan.error = TopicStorageError(
+                    f"cannot create topic {plan.name!r}: {self.data_dir / taken[0]} already exists"
+                )
+        todo = [p for p in plans if p.error is None]
+        if not todo:
+            return
+        journal = sorted(self._pending_removal | {d for p in todo for d in p.dirs})
+        try:
+            self._write_state(committed, journal)
+        except OSError as e:
+            halt_on_storage_error(e)
+            for plan in todo:  # nothing made yet: the request fails, the broker goes on
+                plan.error = TopicStorageError(f"cannot create topic {plan.name!r}: {e}")
+            return
+        for plan in todo:
+            try:
+                for index in range(plan.first, plan.total):
+                    fail_point("topics.open-partition")
+                    plan.opened.append(self._open_partition(plan.name, index, plan.log_config))
+            except (OSError, LogError) as e:
+                log.warning("creating partitions of %r failed, rolling back: %s", plan.name, e)
+                plan.error = TopicStorageError(f"creating topic {plan.name!r} failed: {e}")
+                self._roll_back(plan)
+        crash_point("topics.before-record")
+        done = [p for p in todo if p.error is None]
+        outcome = dict(committed)
+        for plan in done:
+            outcome[plan.name] = {
+                "id": str(plan.topic_id),
+                "partitions": plan.total,
+                "configs": plan.configs,
+            }
+        failed = [d for p in todo if p.error is not None for d in p.dirs]
+        self._pending_removal |= {d for d in failed if os.path.lexists(self.data_dir / d)}
+        self._pending_removal -= {d for p in done for d in p.dirs}
+        try:
+            self._write_state(outcome, sorted(self._pending_removal))
+        except OSError as e:
+            # Not recorded: the journal removes every new directory on the next start.
+            log.error("recording new topics in %s failed, rolling back: %s", TOPICS_FILE, e)
+            for plan in done:
+                plan.error = TopicStorageError(f"recording topic {plan.name!r} failed: {e}")
+                self._roll_back(plan)
+
+    def _roll_back(self, plan: _Plan) -> None:
+        """Close what was opened first (that frees the descriptors), then remove the dirs."""
+        for partition in plan.opened:
+            _release(partition)
+        plan.opened.clear()
+        _remove_dirs(self.data_dir, plan.dirs)
+
+    def _delete_files(self, doomed: list[tuple[str, str]], committed: dict[str, Any]) -> None:
+        journal = self._pending_removal | {d for pair in doomed for d in pair}
+        self._write_state(committed, sorted(journal))
+        for original, renamed in doomed:
+            try:
+                os.rename(self.data_dir / original, self.data_dir / renamed)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                log.error("could not rename %s for deletion, removing it in place: %s", original, e)
+        _fsync_dir(self.data_dir)
+        crash_point("topics.after-delete-rename")
+        self._pending_removal = _remove_dirs(self.data_dir, sorted(journal))
+        self._write_state(committed, sorted(self._pending_removal))
+
+
+def _release(partition: Partition) -> None:
+    """Drop a partition's descriptors without flushing: its files are about to go. Reads
+    still in flight then get LogClosedError, never another file's bytes."""
+    partition.aborted.close()
+    partition.log._abandon()
+
+
+def _remove_dirs(data_dir: Path, names: list[str]) -> set[str]:
+    """Remove these directories of the data directory; returns those that could not be."""
+    left = set()
+    for name in names:
+        path = data_dir / name
+        if not os.path.lexists(path):
+            continue
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError as e:
+            log.error("could not remove %s (kept in the journal, retried on start): %s", path, e)
+            left.add(name)
+    return left
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -58,6 +58,7 @@ def broker_command(
     """Run a single-node Kafka-protocol broker in the foreground (SIGTERM/SIGINT stop it)."""
     # Imported here so that the other commands start without loading the broker.
     from onceflow.broker.config import ConfigError, load_config
+    from onceflow.broker.data_dir import DataDirError
     from onceflow.broker.server import serve_forever
 
     flags: dict[str, object] = {
@@ -77,6 +78,9 @@ def broker_command(
     )
     try:
         asyncio.run(serve_forever(settings))
+    except DataDirError as e:
+        typer.echo(f"onceflow broker: {e}", err=True)
+        raise typer.Exit(code=1) from None
     except OSError as e:
         typer.echo(f"onceflow broker: {e.strerror or e}", err=True)
         raise typer.Exit(code=1) from None

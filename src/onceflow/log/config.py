@@ -1,50 +1,175 @@
-"""Topic-level log settings, under Kafka's names and with Kafka's defaults."""
+"""Topic-level log settings, under Kafka's names and with Kafka's defaults.
+
+Every topic config Kafka defines is checked as Kafka's LogConfig ConfigDef checks it (its type,
+then its validator), whether or not the log acts on it, so a value Kafka refuses with
+INVALID_CONFIG is refused here too instead of being stored.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from onceflow.log.errors import LogConfigError
 
 CREATE_TIME = "CreateTime"
 _INT32_MAX = (1 << 31) - 1
+_INT32_MIN = -(1 << 31)
+_INT64_MAX = (1 << 63) - 1
+_INT64_MIN = -(1 << 63)
 LOG_APPEND_TIME = "LogAppendTime"
 
+# Java's parseInt/parseLong after trim(): an optional sign and ASCII digits. Python's int()
+# would also take "1_000", "٣" and other spellings Kafka's clients never send.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+# Java's Double.parseDouble, without its hexadecimal, NaN and Infinity spellings.
+_DOUBLE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?")
+_THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+Check = Callable[[str, str], None]
+
+
+def _java_trim(raw: str) -> str:
+    # String.trim() strips every char <= U+0020, not only whitespace.
+    return raw.strip("".join(map(chr, range(33))))
+
+
+def _integer(name: str, raw: str, low: int, high: int, kind: str) -> int:
+    text = _java_trim(raw)
+    if not _INTEGER.fullmatch(text):
+        raise LogConfigError(
+            f"Invalid value {raw} for configuration {name}: Not a number of type {kind}"
+        )
+    value = int(text)
+    if not low <= value <= high:
+        raise LogConfigError(
+            f"Invalid value {raw} for configuration {name}: Not a number of type {kind}"
+        )
+    return value
+
+
+def parse_int(name: str, raw: str) -> int:
+    return _integer(name, raw, _INT32_MIN, _INT32_MAX, "INT")
+
+
+def parse_long(name: str, raw: str) -> int:
+    return _integer(name, raw, _INT64_MIN, _INT64_MAX, "LONG")
+
+
+def _at_least_check(parse: Callable[[str, str], int], minimum: int) -> Check:
+    def check(name: str, raw: str) -> None:
+        value = parse(name, raw)
+        if value < minimum:
+            raise LogConfigError(
+                f"Invalid value {value} for configuration {name}: Value must be at least {minimum}"
+            )
+
+    return check
+
+
+def _between_check(minimum: int, maximum: int) -> Check:
+    def check(name: str, raw: str) -> None:
+        value = parse_int(name, raw)
+        if not minimum <= value <= maximum:
+            raise LogConfigError(
+                f"Invalid value {value} for configuration {name}: "
+                f"Value must be no less than {minimum} and no more than {maximum}"
+            )
+
+    return check
+
+
+def _gzip_level(name: str, raw: str) -> None:
+    value = parse_int(name, raw)
+    if value != -1 and not 1 <= value <= 9:
+        raise LogConfigError(
+            f"Invalid value {value} for configuration {name}: "
+            "Value must be -1 (the default) or between 1 and 9"
+        )
+
+
+def _boolean(name: str, raw: str) -> None:
+    if _java_trim(raw).lower() not in ("true", "false"):
+        raise LogConfigError(
+            f"Invalid value {raw} for configuration {name}: "
+            "Expected value to be either true or false"
+        )
+
+
+def _ratio(name: str, raw: str) -> None:
+    text = _java_trim(raw)
+    if not _DOUBLE.fullmatch(text):
+        raise LogConfigError(
+            f"Invalid value {raw} for configuration {name}: Not a number of type DOUBLE"
+        )
+    value = float(text.rstrip("fFdD"))
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        raise LogConfigError(
+            f"Invalid value {value} for configuration {name}: "
+            "Value must be no less than 0 and no more than 1"
+        )
+
+
+def _one_of(*allowed: str) -> Check:
+    def check(name: str, raw: str) -> None:
+        # ConfigDef.ValidString is case-sensitive and sees the trimmed value.
+        if _java_trim(raw) not in allowed:
+            raise LogConfigError(
+                f"Invalid value {raw} for configuration {name}: "
+                f"String must be one of: {', '.join(allowed)}"
+            )
+
+    return check
+
+
+def _throttled_replicas(name: str, raw: str) -> None:
+    items = [_java_trim(item) for item in raw.split(",")] if _java_trim(raw) else []
+    if items == ["*"] or all(_THROTTLED_REPLICA.fullmatch(item) for item in items):
+        return
+    raise LogConfigError(
+        f"Invalid value {raw} for configuration {name}: must be the literal '*' or a list of "
+        "replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    )
+
+
+def _any_string(name: str, raw: str) -> None:
+    return None
+
+
 # Topic configs Kafka defines that the log does not act on: accepted (clients set them when
-# creating topics) but not kept. Anything outside this set and the ones parsed below is
-# rejected, as Kafka rejects an unknown topic config name.
-_KAFKA_TOPIC_CONFIGS_NOT_USED_BY_THE_LOG = frozenset(
-    {
-        "compression.type",
-        "compression.gzip.level",
-        "compression.lz4.level",
-        "compression.zstd.level",
-        "delete.retention.ms",
-        "file.delete.delay.ms",
-        "flush.messages",
-        "flush.ms",
-        "follower.replication.throttled.replicas",
-        "leader.replication.throttled.replicas",
-        "local.retention.bytes",
-        "local.retention.ms",
-        "max.compaction.lag.ms",
-        "message.downconversion.enable",
-        "message.format.version",
-        "message.timestamp.after.max.ms",
-        "message.timestamp.before.max.ms",
-        "message.timestamp.difference.max.ms",
-        "min.cleanable.dirty.ratio",
-        "min.compaction.lag.ms",
-        "min.insync.replicas",
-        "preallocate",
-        "remote.log.copy.disable",
-        "remote.log.delete.on.disable",
-        "remote.storage.enable",
-        "segment.jitter.ms",
-        "unclean.leader.election.enable",
-    }
-)
+# creating topics) and kept, after Kafka's check of their type and range. A name outside this
+# table and the ones the log parses is refused, as LogConfig.validateNames refuses it.
+_KAFKA_TOPIC_CONFIGS_NOT_USED_BY_THE_LOG: dict[str, Check] = {
+    "compression.type": _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+    "compression.gzip.level": _gzip_level,
+    "compression.lz4.level": _between_check(1, 17),
+    "compression.zstd.level": _between_check(-131072, 22),
+    "delete.retention.ms": _at_least_check(parse_long, 0),
+    "file.delete.delay.ms": _at_least_check(parse_long, 0),
+    "flush.messages": _at_least_check(parse_long, 1),
+    "flush.ms": _at_least_check(parse_long, 0),
+    "follower.replication.throttled.replicas": _throttled_replicas,
+    "leader.replication.throttled.replicas": _throttled_replicas,
+    "local.retention.bytes": _at_least_check(parse_long, -2),
+    "local.retention.ms": _at_least_check(parse_long, -2),
+    "max.compaction.lag.ms": _at_least_check(parse_long, 1),
+    "message.downconversion.enable": _boolean,  # removed in Kafka 4.0; kept for 3.x clients
+    "message.format.version": _any_string,  # removed in Kafka 4.0; ignored by 3.x brokers
+    "message.timestamp.after.max.ms": _at_least_check(parse_long, 0),
+    "message.timestamp.before.max.ms": _at_least_check(parse_long, 0),
+    "message.timestamp.difference.max.ms": _at_least_check(parse_long, 0),  # 3.x
+    "min.cleanable.dirty.ratio": _ratio,
+    "min.compaction.lag.ms": _at_least_check(parse_long, 0),
+    "min.insync.replicas": _at_least_check(parse_int, 1),
+    "preallocate": _boolean,
+    "remote.log.copy.disable": _boolean,
+    "remote.log.delete.on.disable": _boolean,
+    "remote.storage.enable": _boolean,
+    "segment.jitter.ms": _at_least_check(parse_long, 0),
+    "unclean.leader.election.enable": _boolean,
+}
 
 
 @dataclass(frozen=True)
@@ -97,45 +222,42 @@ class LogConfig:
             if raw is None:
                 continue
             if name in _INT_FIELDS:
-                values[_INT_FIELDS[name]] = _parse_int(name, raw)
+                field, parse = _INT_FIELDS[name]
+                values[field] = parse(name, raw)
             elif name == "message.timestamp.type":
-                values["message_timestamp_type"] = raw.strip()
+                values["message_timestamp_type"] = _java_trim(raw)
             elif name == "cleanup.policy":
-                policies = {p.strip().lower() for p in raw.split(",") if p.strip()}
+                policies = {_java_trim(p) for p in raw.split(",") if _java_trim(p)}
                 if policies != {"delete"}:
                     raise LogConfigError(
                         f"cleanup.policy={raw!r} is not supported: only 'delete' is"
                     )
-            elif name not in _KAFKA_TOPIC_CONFIGS_NOT_USED_BY_THE_LOG:
-                raise LogConfigError(f"unknown topic config name: {name}")
+            elif name in _KAFKA_TOPIC_CONFIGS_NOT_USED_BY_THE_LOG:
+                _KAFKA_TOPIC_CONFIGS_NOT_USED_BY_THE_LOG[name](name, raw)
+            else:
+                raise LogConfigError(f"Unknown topic config name: {name}")
         fields = {f: getattr(base, f) for f in cls.__dataclass_fields__}
         fields.update(values)
         return cls(**fields)  # type: ignore[arg-type]
 
     def to_kafka_configs(self) -> dict[str, str]:
         """The settings under Kafka's topic-level names, as DescribeConfigs reports them."""
-        configs = {name: str(getattr(self, field)) for name, field in _INT_FIELDS.items()}
+        configs = {name: str(getattr(self, field)) for name, (field, _) in _INT_FIELDS.items()}
         configs["message.timestamp.type"] = self.message_timestamp_type
         configs["cleanup.policy"] = "delete"
         return dict(sorted(configs.items()))
 
 
-_INT_FIELDS = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "index.interval.bytes": "index_interval_bytes",
-    "segment.index.bytes": "segment_index_bytes",
-    "max.message.bytes": "max_message_bytes",
+# Kafka's type for each: INT settings refuse what does not fit 32 bits, LONG ones 64 bits.
+_INT_FIELDS: dict[str, tuple[str, Callable[[str, str], int]]] = {
+    "segment.bytes": ("segment_bytes", parse_int),
+    "segment.ms": ("segment_ms", parse_long),
+    "retention.ms": ("retention_ms", parse_long),
+    "retention.bytes": ("retention_bytes", parse_long),
+    "index.interval.bytes": ("index_interval_bytes", parse_int),
+    "segment.index.bytes": ("segment_index_bytes", parse_int),
+    "max.message.bytes": ("max_message_bytes", parse_int),
 }
-
-
-def _parse_int(name: str, raw: str) -> int:
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise LogConfigError(f"{name}={raw!r} is not an integer") from None
 
 
 def _at_least(name: str, value: int, minimum: int) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.dispatch import api
-from onceflow.broker.topics import Topic, TopicError, validate_topic_name
+from onceflow.broker.topics import NewTopic, Topic, TopicError, validate_topic_name
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
 
@@ -32,23 +33,65 @@ def broker_entity(broker: Broker, cls: type) -> Any:
     )
 
 
-def auto_create(broker: Broker, name: str) -> Topic | None:
-    """Create a topic with the broker defaults, or None when auto-creation is off or fails."""
-    if not broker.config.auto_create_topics_enable:
-        return None
-    try:
-        topic = broker.topics.create(name, broker.config.num_partitions)
-    except TopicError as e:
-        log.info("auto-creation of %r refused: %s", name, e)
-        return None
-    log.info("auto-created topic %r with %d partition(s)", name, len(topic.partitions))
-    return topic
+async def auto_create(broker: Broker, names: list[str]) -> dict[str, Topic]:
+    """Create topics with the broker defaults (one registry change, files off the loop); the
+    ones refused are left out."""
+    created = {}
+    results = await broker.topics.create_topics(
+        [NewTopic(name, broker.config.num_partitions) for name in names]
+    )
+    for name, result in zip(names, results, strict=True):
+        if isinstance(result, TopicError):
+            log.info("auto-creation of %r refused: %s", name, result)
+            continue
+        log.info("auto-created topic %r with %d partition(s)", name, len(result.partitions))
+        created[name] = result
+    return created
 
 
 @api(3, 0, 12)
 def handle_metadata(broker: Broker, request: Request) -> Any:
     req = request.body
     cls = response_type(3, request.api_version)
+    describe, failed = _describers(broker, cls)
+    requested = req.topics
+    if request.api_version == 0 and not requested:
+        requested = None  # v0: an empty list means every topic
+    allow_auto = getattr(req, "allow_auto_topic_creation", True)
+    if requested is None:
+        topics = tuple(describe(t) for t in broker.topics)
+    elif request.api_version < 12 and any(
+        t.name is None or getattr(t, "topic_id", None) is not None for t in requested
+    ):
+        # Topic ids are only for v12+ (names are not nullable before): Kafka refuses the request
+        # with INVALID_REQUEST on every topic, a missing name answered as "".
+        topics = tuple(
+            failed(t.name or "", ErrorCode.invalid_request, getattr(t, "topic_id", None))
+            for t in requested
+        )
+    else:
+        missing = [
+            t.name
+            for t in requested
+            if t.name is not None and broker.topics.get(t.name) is None and _legal(t.name)
+        ]
+        if missing and allow_auto and broker.config.auto_create_topics_enable:
+            # Creating makes files: answered once they are made, off the event loop.
+            return _after_auto_create(broker, request, list(dict.fromkeys(missing)))
+        topics = _describe_wanted(broker, requested, describe, failed, {})
+    return _metadata_response(broker, cls, topics)
+
+
+async def _after_auto_create(broker: Broker, request: Request, missing: list[str]) -> Any:
+    created = await auto_create(broker, missing)
+    cls = response_type(3, request.api_version)
+    describe, failed = _describers(broker, cls)
+    return _metadata_response(
+        broker, cls, _describe_wanted(broker, request.body.topics, describe, failed, created)
+    )
+
+
+def _describers(broker: Broker, cls: type) -> tuple[Callable[..., Any], Callable[..., Any]]:
     topic_cls = sibling(cls, "MetadataResponseTopic")
     partition_cls = sibling(cls, "MetadataResponsePartition")
     node = broker.config.node_id
@@ -86,45 +129,45 @@ def handle_metadata(broker: Broker, request: Request) -> Any:
             partitions=(),
         )
 
-    requested = req.topics
-    if request.api_version == 0 and not requested:
-        requested = None  # v0: an empty list means every topic
-    allow_auto = getattr(req, "allow_auto_topic_creation", True)
-    if requested is None:
-        topics = tuple(describe(t) for t in broker.topics)
-    elif request.api_version < 12 and any(
-        t.name is None or getattr(t, "topic_id", None) is not None for t in requested
-    ):
-        # Topic ids are only for v12+ (names are not nullable before): Kafka refuses the request
-        # with INVALID_REQUEST on every topic, a missing name answered as "".
-        topics = tuple(
-            failed(t.name or "", ErrorCode.invalid_request, getattr(t, "topic_id", None))
-            for t in requested
-        )
-    else:
-        out = []
-        for wanted in requested:
-            name = wanted.name
-            if name is None:
-                topic = broker.topics.by_id(wanted.topic_id)
-                out.append(
-                    describe(topic)
-                    if topic
-                    else failed(None, ErrorCode.unknown_topic_id, wanted.topic_id)
-                )
-                continue
-            topic = broker.topics.get(name)
-            if topic is None:
-                try:
-                    validate_topic_name(name)
-                except TopicError:
-                    out.append(failed(name, ErrorCode.invalid_topic_exception))
-                    continue
-                topic = auto_create(broker, name) if allow_auto else None
+    return describe, failed
+
+
+def _legal(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+    except TopicError:
+        return False
+    return True
+
+
+def _describe_wanted(
+    broker: Broker,
+    requested: Any,
+    describe: Callable[..., Any],
+    failed: Callable[..., Any],
+    created: dict[str, Topic],
+) -> tuple[Any, ...]:
+    out = []
+    for wanted in requested:
+        name = wanted.name
+        if name is None:
+            topic = broker.topics.by_id(wanted.topic_id)
             out.append(
-                describe(topic) if topic else failed(name, ErrorCode.unknown_topic_or_partition)
+                describe(topic)
+                if topic
+                else failed(None, ErrorCode.unknown_topic_id, wanted.topic_id)
             )
-        topics = tuple(out)
+            continue
+        topic = broker.topics.get(name) or created.get(name)
+        if topic is None and not _legal(name):
+            out.append(failed(name, ErrorCode.invalid_topic_exception))
+            continue
+        out.append(describe(topic) if topic else failed(name, ErrorCode.unknown_topic_or_partition))
+    return tuple(out)
+
+
+def _metadata_response(broker: Broker, cls: type, topics: tuple[Any, ...]) -> Any:
+    node = broker.config.node_id
     return build(
         cls,
         throttle_time=datetime.timedelta(0),

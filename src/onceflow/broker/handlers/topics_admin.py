@@ -14,9 +14,13 @@ from onceflow.broker.topics import (
     InvalidPartitionsError,
     InvalidReplicationError,
     InvalidTopicError,
+    NewTopic,
+    Topic,
     TopicError,
     TopicExistsError,
+    TopicStorageError,
     UnknownTopicError,
+    UnknownTopicIdError,
 )
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
@@ -40,6 +44,8 @@ _TOPIC_ERRORS: dict[type[TopicError], ErrorCode] = {
     InvalidConfigError: ErrorCode.invalid_config,
     InvalidReplicationError: ErrorCode.invalid_replication_factor,
     InvalidReplicaAssignmentError: ErrorCode.invalid_replica_assignment,
+    TopicStorageError: ErrorCode.kafka_storage_error,
+    UnknownTopicIdError: ErrorCode.unknown_topic_id,
 }
 
 
@@ -87,14 +93,11 @@ def _partition_count(broker: Broker, topic: Any) -> int:
 
 @api(19, 2, 7)
 def handle_create_topics(broker: Broker, request: Request) -> Any:
+    """Checks that need no state now; the rest, and the files, in one registry change."""
     req = request.body
-    cls = response_type(19, request.api_version)
-    result_cls = sibling(cls, "CreatableTopicResult")
-    config_cls = sibling(cls, "CreatableTopicConfigs") if request.api_version >= 5 else None
-    results = []
+    outcomes: list[TopicError | NewTopic] = []
     seen: set[str] = set()
     for t in req.topics:
-        error, message, topic_id, count, configs_out = ErrorCode.none, None, None, -1, None
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         try:
             if t.name in seen:
@@ -103,24 +106,60 @@ def handle_create_topics(broker: Broker, request: Request) -> Any:
             count = _partition_count(broker, t)
             if req.validate_only:
                 broker.topics.validate_new(t.name, count, configs)
-            else:
-                topic_id = broker.topics.create(t.name, count, configs).topic_id
-                log.info("created topic %r with %d partition(s)", t.name, count)
+            outcomes.append(NewTopic(t.name, count, configs))
+        except TopicError as e:
+            outcomes.append(e)
+    wanted = [o for o in outcomes if isinstance(o, NewTopic)]
+    if req.validate_only or not wanted:
+        return _create_topics_response(broker, request, outcomes, {})
+    return _create_topics_later(broker, request, outcomes, wanted)
+
+
+async def _create_topics_later(
+    broker: Broker, request: Request, outcomes: list[TopicError | NewTopic], wanted: list[NewTopic]
+) -> Any:
+    created = await broker.topics.create_topics(wanted)
+    for new, result in zip(wanted, created, strict=True):
+        if isinstance(result, Topic):
+            log.info("created topic %r with %d partition(s)", new.name, new.num_partitions)
+    return _create_topics_response(
+        broker, request, outcomes, {new.name: r for new, r in zip(wanted, created, strict=True)}
+    )
+
+
+def _create_topics_response(
+    broker: Broker,
+    request: Request,
+    outcomes: list[TopicError | NewTopic],
+    created: dict[str, Topic | TopicError],
+) -> Any:
+    cls = response_type(19, request.api_version)
+    result_cls = sibling(cls, "CreatableTopicResult")
+    config_cls = sibling(cls, "CreatableTopicConfigs") if request.api_version >= 5 else None
+    results = []
+    for t, outcome in zip(request.body.topics, outcomes, strict=True):
+        error, message, topic_id, count, configs_out = ErrorCode.none, None, None, -1, None
+        result = created.get(t.name, outcome) if isinstance(outcome, NewTopic) else outcome
+        if isinstance(result, TopicError):
+            error, message = topic_error_code(result), str(result)
+        else:
+            assert isinstance(outcome, NewTopic)
+            count = outcome.num_partitions
+            if isinstance(result, Topic):
+                topic_id = result.topic_id
             if config_cls is not None:
-                effective = broker.topics.effective_configs(configs)
+                effective = broker.topics.effective_configs(outcome.configs)
                 configs_out = tuple(
                     build(
                         config_cls,
                         name=k,
                         value=v,
                         read_only=False,
-                        config_source=1 if k in configs else 5,
+                        config_source=1 if k in outcome.configs else 5,
                         is_sensitive=False,
                     )
                     for k, v in sorted(effective.items())
                 )
-        except TopicError as e:
-            error, message, count = topic_error_code(e), str(e), -1
         results.append(
             build(
                 result_cls,
@@ -140,35 +179,32 @@ def handle_create_topics(broker: Broker, request: Request) -> Any:
 @api(20, 1, 6)
 def handle_delete_topics(broker: Broker, request: Request) -> Any:
     req = request.body
-    cls = response_type(20, request.api_version)
-    result_cls = sibling(cls, "DeletableTopicResult")
     if request.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in req.topics]
     else:
         wanted = [(name, None) for name in req.topic_names]
+    return _delete_topics_later(broker, request, wanted)
+
+
+async def _delete_topics_later(
+    broker: Broker, request: Request, wanted: list[tuple[str | None, Any]]
+) -> Any:
+    cls = response_type(20, request.api_version)
+    result_cls = sibling(cls, "DeletableTopicResult")
+    # An id is resolved inside the change, so it names the topic as it is then.
+    deleted = await broker.topics.delete_topics(
+        [name if name is not None else topic_id for name, topic_id in wanted]
+    )
     results = []
-    for name, topic_id in wanted:
+    for (name, topic_id), result in zip(wanted, deleted, strict=True):
         error, message = ErrorCode.none, None
-        if name is None:
-            topic = broker.topics.by_id(topic_id)
-            if topic is None:
-                results.append(
-                    build(
-                        result_cls,
-                        name=None,
-                        topic_id=topic_id,
-                        error_code=ErrorCode.unknown_topic_id,
-                        error_message=None,
-                    )
-                )
-                continue
-            name = topic.name
-        try:
-            deleted = broker.topics.delete(name)
-            topic_id = deleted.topic_id
+        if isinstance(result, TopicError):
+            error, message = topic_error_code(result), str(result)
+            if isinstance(result, UnknownTopicIdError):
+                message = None
+        else:
+            name, topic_id = result.name, result.topic_id
             log.info("deleted topic %r", name)
-        except TopicError as e:
-            error, message = topic_error_code(e), str(e)
         results.append(
             build(result_cls, name=name, topic_id=topic_id, error_code=error, error_message=message)
         )
@@ -177,6 +213,10 @@ def handle_delete_topics(broker: Broker, request: Request) -> Any:
 
 @api(37, 0, 3)
 def handle_create_partitions(broker: Broker, request: Request) -> Any:
+    return _create_partitions_later(broker, request)
+
+
+async def _create_partitions_later(broker: Broker, request: Request) -> Any:
     req = request.body
     cls = response_type(37, request.api_version)
     result_cls = sibling(cls, "CreatePartitionsTopicResult")
@@ -200,7 +240,8 @@ def handle_create_partitions(broker: Broker, request: Request) -> Any:
             for assignment in t.assignments or ():
                 _check_replicas(broker, assignment.broker_ids)
             if not req.validate_only:
-                broker.topics.add_partitions(t.name, t.count)
+                # Checked again inside the change: another request may have run meanwhile.
+                await broker.topics.add_partitions(t.name, t.count)
                 log.info("topic %r now has %d partitions", t.name, t.count)
         except TopicError as e:
             error, message = topic_error_code(e), str(e)
