@@ -5,12 +5,15 @@
 (between a transaction's decision and its markers, after part of its markers, after an append
 that is durable but not yet acknowledged). `ONCEFLOW_DELAY_AT=name:ms` holds the broker's work
 at a delay point that long each time, so a test can look at the state in between (a decided
-transaction whose markers are not written yet). Unset, either costs one comparison.
+transaction whose markers are not written yet). `ONCEFLOW_RAISE_AT=name[:n]` makes the n-th
+(default 1st) pass through a raise point raise InjectedFaultError once, so a test can show that
+a background task survives an exception. Unset, each costs one comparison.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 
@@ -39,7 +42,12 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-DELAY_POINTS = frozenset({"txn.before-markers"})  # decided (Prepare* durable), no marker yet
+DELAY_POINTS = frozenset(
+    {
+        "txn.before-markers",  # decided (Prepare* durable), no marker yet
+        "commit.before-round",  # a group-commit round gathered its logs, none prepared yet
+    }
+)
 
 _delay_name, _, _delay_ms = os.environ.get("ONCEFLOW_DELAY_AT", "").partition(":")
 if _delay_name and _delay_name not in DELAY_POINTS:
@@ -49,3 +57,37 @@ if _delay_name and _delay_name not in DELAY_POINTS:
 async def delay_point(name: str) -> None:
     if name == _delay_name:
         await asyncio.sleep(int(_delay_ms or 0) / 1000)
+
+
+RAISE_POINTS = frozenset(
+    {
+        "loop.retention",  # one retention check (log.retention.check.interval.ms)
+        "loop.group-timer",  # one tick of the group coordinator's timers (session expiry)
+        "loop.transaction-timeout",  # one check for timed-out transactions
+        "commit.prepare",  # preparing one log's flush in a group-commit round
+        "txn.markers",  # writing one decided transaction's markers
+    }
+)
+
+
+class InjectedFaultError(OSError):
+    """Raised at a raise point; an OSError that is not a storage failure (EMFILE), as a
+    descriptor shortage would be."""
+
+    def __init__(self, point: str) -> None:
+        super().__init__(errno.EMFILE, f"fault injected at {point}")
+
+
+_raise_name, _, _raise_count = os.environ.get("ONCEFLOW_RAISE_AT", "").partition(":")
+_raise_remaining = int(_raise_count or 1)
+if _raise_name and _raise_name not in RAISE_POINTS:
+    raise ValueError(f"ONCEFLOW_RAISE_AT names unknown raise point {_raise_name!r}")
+
+
+def raise_point(name: str) -> None:
+    global _raise_remaining
+    if name != _raise_name or _raise_remaining <= 0:
+        return
+    _raise_remaining -= 1
+    if _raise_remaining == 0:
+        raise InjectedFaultError(name)

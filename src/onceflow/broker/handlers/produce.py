@@ -8,6 +8,7 @@ watermark (so readers only ever see durable data).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.dispatch import api
+from onceflow.broker.durability import PartitionsNotDurableError
 from onceflow.broker.faults import crash_point
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
@@ -190,6 +192,28 @@ def handle_produce(broker: Broker, request: Request) -> Any:
 
 
 async def _after(durable: asyncio.Future[None], response: Any) -> Any:
-    await durable
+    try:
+        await durable
+    except PartitionsNotDurableError as e:
+        # Those partitions answer their error (deleted, or not yet synced); the others stand.
+        response = _with_errors(response, e.errors)
     crash_point("produce.before-response")
     return response
+
+
+def _with_errors(response: Any, errors: dict[tuple[str, int], ErrorCode]) -> Any:
+    def part(topic: str, p: Any) -> Any:
+        code = errors.get((topic, p.index))
+        if code is None:
+            return p
+        return dataclasses.replace(
+            p, error_code=code, base_offset=-1, log_append_time=None, log_start_offset=-1
+        )
+
+    topics = tuple(
+        dataclasses.replace(
+            t, partition_responses=tuple(part(t.name, p) for p in t.partition_responses)
+        )
+        for t in response.responses
+    )
+    return dataclasses.replace(response, responses=topics)
