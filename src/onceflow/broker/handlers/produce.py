@@ -97,6 +97,13 @@ def append_to_partition(
             f"batch of {header.size} bytes exceeds segment.bytes={config.segment_bytes}",
         )
     if header.has_producer_id:
+        if not broker.transactions.coordinator.was_issued(header.producer_id):
+            # Made-up ids would each cost producer state for a day; clients reset their
+            # producer id on UNKNOWN_PRODUCER_ID (INVALID_PRODUCER_ID_MAPPING is fatal to them).
+            raise ProduceError(
+                ErrorCode.unknown_producer_id,
+                f"producer id {header.producer_id} was never issued by this broker",
+            )
         verified = True
         if partition.producers.needs_verification(header):
             # KIP-890: a transactional batch may only open a transaction on a partition that
