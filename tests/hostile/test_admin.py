@@ -250,7 +250,7 @@ def test_a_create_that_fails_half_way_leaves_no_directories(
 ) -> None:
     data = tmp_path / "data"
     # The 50th partition this broker makes fails, as a full disk or a descriptor limit would.
-    broker = make_broker(data, env={"ONCEFLOW_FAIL_AT": "topics.open-partition:50"})
+    broker = make_broker(data, env={"ONCEFLOW_RAISE_AT": "topics.open-partition:50"})
     codes = create_topics(
         broker.bootstrap, creatable("first", 10), creatable("half", 100), creatable("last", 5)
     )

@@ -5,12 +5,14 @@ high watermark's reach."""
 from __future__ import annotations
 
 import asyncio
+import errno
 
 import pytest
 from log_batches import batches, make_batch
 
-from onceflow.broker.durability import GroupCommitter
+from onceflow.broker.durability import GroupCommitter, NotDurableError
 from onceflow.log import flush as flush_module
+from onceflow.log.errors import LogClosedError, LogStorageError
 
 
 def append(log, n: int = 3) -> None:
@@ -63,3 +65,118 @@ def test_the_broker_halts_on_a_failed_fsync() -> None:
     from onceflow.broker.storage_failure import halt
 
     assert GroupCommitter().on_failure is halt
+
+
+# -- a round never dies: a log that cannot be prepared fails its own waiters only ------------
+
+
+def _emfile_once(log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log's next prepare_flush fails as os.dup does when out of descriptors."""
+    real = log.prepare_flush
+
+    def failing():
+        monkeypatch.setattr(log, "prepare_flush", real)
+        raise LogStorageError("cannot prepare a flush") from OSError(errno.EMFILE, "Too many")
+
+    monkeypatch.setattr(log, "prepare_flush", failing)
+
+
+def test_a_log_deleted_mid_round_fails_its_waiters_and_no_one_else(open_log) -> None:
+    doomed, other = open_log(name="doomed-0"), open_log(name="other-0")
+    committer = GroupCommitter(on_failure=pytest.fail)
+
+    async def scenario() -> tuple[BaseException | None, ...]:
+        append(doomed)
+        append(other)
+        waiters = [
+            asyncio.ensure_future(committer.wait_durable([doomed])),
+            asyncio.ensure_future(committer.wait_durable([other])),
+            asyncio.ensure_future(committer.wait_durable([doomed, other])),
+        ]
+        doomed.delete()  # DeleteTopics between the appends and the round
+        results = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 10)
+        # The committer lives on: a later round serves a later writer.
+        append(other)
+        await asyncio.wait_for(committer.wait_durable([other]), 10)
+        return tuple(results)
+
+    try:
+        alone, unaffected, both = asyncio.run(scenario())
+    finally:
+        committer.close()
+    assert isinstance(alone, NotDurableError)
+    assert isinstance(alone.failures[doomed], LogClosedError)
+    assert unaffected is None
+    assert isinstance(both, NotDurableError) and set(both.failures) == {doomed}
+    assert other.flushed_offset == 6
+
+
+def test_emfile_while_preparing_fails_that_log_and_the_next_round_retries(
+    open_log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    starved, other = open_log(name="starved-0"), open_log(name="other-0")
+    halts: list[OSError] = []
+    committer = GroupCommitter(on_failure=halts.append)
+
+    async def scenario() -> tuple[BaseException | None, ...]:
+        append(starved)
+        append(other)
+        _emfile_once(starved, monkeypatch)
+        first = await asyncio.wait_for(
+            asyncio.gather(
+                committer.wait_durable([starved]),
+                committer.wait_durable([other]),
+                return_exceptions=True,
+            ),
+            10,
+        )
+        assert starved.flushed_offset == 0  # nothing of it was synced
+        await asyncio.wait_for(committer.wait_durable([starved]), 10)  # descriptors are back
+        return tuple(first)
+
+    try:
+        starved_result, other_result = asyncio.run(scenario())
+    finally:
+        committer.close()
+    assert isinstance(starved_result, NotDurableError)
+    assert starved_result.failures[starved].__cause__.errno == errno.EMFILE
+    assert other_result is None
+    assert starved.flushed_offset == 3 and other.flushed_offset == 3
+    assert halts == []  # EMFILE is not a storage failure
+
+
+def test_a_bug_in_a_round_fails_its_waiters_and_the_committer_goes_on(
+    open_log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = open_log()
+    committer = GroupCommitter(on_failure=pytest.fail)
+    real = log.complete_flush
+
+    def broken(ticket) -> None:
+        monkeypatch.setattr(log, "complete_flush", real)
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(log, "complete_flush", broken)
+
+    async def scenario() -> None:
+        append(log)
+        with pytest.raises(RuntimeError, match="bug"):
+            await asyncio.wait_for(committer.wait_durable([log]), 10)
+        append(log)
+        await asyncio.wait_for(committer.wait_durable([log]), 10)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        committer.close()
+    assert log.flushed_offset == 6
+
+
+def test_without_fsync_a_deleted_log_fails_its_waiter_too(open_log) -> None:
+    doomed = open_log(name="doomed-0")
+    committer = GroupCommitter(enabled=False)
+    append(doomed)
+    doomed.delete()
+    with pytest.raises(NotDurableError):
+        asyncio.run(committer.wait_durable([doomed]))
+    committer.close()

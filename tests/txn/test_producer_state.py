@@ -397,3 +397,14 @@ def test_describe_producers(part: Partition) -> None:
         ProducerEntry(5, 2, 13, T0 + 1, -1, -1),
     ]
     assert part.psm.producer(99) is None
+
+
+def test_producer_state_is_bounded_and_the_idlest_producer_goes_first(part: Partition) -> None:
+    part.psm.max_producers = 3
+    part.produce(data(1, 0, 0, txn=True, ts=T0))  # an open transaction is never forgotten
+    part.produce(data(2, 0, 0, ts=T0 + 1))
+    part.produce(data(3, 0, 0, ts=T0 + 2))
+    part.produce(data(4, 0, 0, ts=T0 + 3))
+    assert len(part.psm) == 3
+    assert part.psm.producer(2) is None  # idle longest without a transaction
+    assert part.psm.producer(1) is not None and part.psm.producer(4) is not None

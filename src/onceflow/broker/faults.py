@@ -5,14 +5,15 @@
 (between a transaction's decision and its markers, after part of its markers, after an append
 that is durable but not yet acknowledged). `ONCEFLOW_DELAY_AT=name:ms` holds the broker's work
 at a delay point that long each time, so a test can look at the state in between (a decided
-transaction whose markers are not written yet). `ONCEFLOW_FAIL_AT=name[:n]` makes the n-th pass
-(default 1st) through a fail point raise an OSError, as a full disk or a descriptor limit would,
-so a test can check what a failure half-way leaves. Unset, each costs one comparison.
+transaction whose markers are not written yet). `ONCEFLOW_RAISE_AT=name[:n]` makes the n-th
+(default 1st) pass through a raise point raise InjectedFaultError once, so a test can show that
+a background task survives an exception, or what a failure half-way leaves. Unset, each costs one comparison.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 
@@ -43,7 +44,12 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-DELAY_POINTS = frozenset({"txn.before-markers"})  # decided (Prepare* durable), no marker yet
+DELAY_POINTS = frozenset(
+    {
+        "txn.before-markers",  # decided (Prepare* durable), no marker yet
+        "commit.before-round",  # a group-commit round gathered its logs, none prepared yet
+    }
+)
 
 _delay_name, _, _delay_ms = os.environ.get("ONCEFLOW_DELAY_AT", "").partition(":")
 if _delay_name and _delay_name not in DELAY_POINTS:
@@ -55,23 +61,36 @@ async def delay_point(name: str) -> None:
         await asyncio.sleep(int(_delay_ms or 0) / 1000)
 
 
-FAIL_POINTS = frozenset({"topics.open-partition"})  # before each partition a request creates
+RAISE_POINTS = frozenset(
+    {
+        "loop.retention",  # one retention check (log.retention.check.interval.ms)
+        "loop.group-timer",  # one tick of the group coordinator's timers (session expiry)
+        "loop.transaction-timeout",  # one check for timed-out transactions
+        "commit.prepare",  # preparing one log's flush in a group-commit round
+        "txn.markers",  # writing one decided transaction's markers
+        "topics.open-partition",  # before each partition a topic change creates
+    }
+)
 
 
 class InjectedFaultError(OSError):
-    """Raised at a fail point: stands for a disk or descriptor error there."""
+    """Raised at a raise point; an OSError that is not a storage failure (EMFILE), as a
+    descriptor shortage would be."""
+
+    def __init__(self, point: str) -> None:
+        super().__init__(errno.EMFILE, f"fault injected at {point}")
 
 
-_fail_name, _, _fail_count = os.environ.get("ONCEFLOW_FAIL_AT", "").partition(":")
-_fail_remaining = int(_fail_count or 1)
-if _fail_name and _fail_name not in FAIL_POINTS:
-    raise ValueError(f"ONCEFLOW_FAIL_AT names unknown fail point {_fail_name!r}")
+_raise_name, _, _raise_count = os.environ.get("ONCEFLOW_RAISE_AT", "").partition(":")
+_raise_remaining = int(_raise_count or 1)
+if _raise_name and _raise_name not in RAISE_POINTS:
+    raise ValueError(f"ONCEFLOW_RAISE_AT names unknown raise point {_raise_name!r}")
 
 
-def fail_point(name: str) -> None:
-    global _fail_remaining
-    if name != _fail_name:
+def raise_point(name: str) -> None:
+    global _raise_remaining
+    if name != _raise_name or _raise_remaining <= 0:
         return
-    _fail_remaining -= 1
-    if _fail_remaining == 0:
-        raise InjectedFaultError(f"injected failure at {name}")
+    _raise_remaining -= 1
+    if _raise_remaining == 0:
+        raise InjectedFaultError(name)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from onceflow.broker import handlers  # noqa: F401  (registers the API handlers)
 from onceflow.broker.config import BrokerConfig
@@ -13,19 +16,28 @@ from onceflow.broker.connection import Connection
 from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.data_dir import open_data_dir
 from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
-from onceflow.broker.durability import GroupCommitter
+from onceflow.broker.durability import (
+    GroupCommitter,
+    NotDurableError,
+    PartitionsNotDurableError,
+    until_durable,
+)
+from onceflow.broker.faults import raise_point
 from onceflow.broker.partition import Partition
-from onceflow.broker.storage_failure import halt_on_storage_error
+from onceflow.broker.rate_limited import RateLimitedLog
+from onceflow.broker.storage_failure import halt, halt_on_storage_error
 from onceflow.broker.topics import TopicRegistry
 from onceflow.broker.transactions import Transactions
 from onceflow.clock import Clock, system_clock
 from onceflow.groups.config import GroupCoordinatorConfig
 from onceflow.groups.coordinator import GroupCoordinator
+from onceflow.log.errors import LogClosedError
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.messages import Request
 from onceflow.records.control import ControlType, parse_control_record
 
 log = logging.getLogger("onceflow.broker")
+_loop_errors = RateLimitedLog(log)
 
 
 class HandlerCrashError(ProtocolError):
@@ -57,6 +69,9 @@ class Broker:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._connections: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+        # Exceptions each background loop recovered from, by loop name (for tests and logs).
+        self.background_errors: dict[str, int] = {}
         self.port = config.port
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -69,12 +84,26 @@ class Broker:
             self._accept, self.config.host, self.config.port, limit=1 << 20, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        self._spawn(self._retention_loop())
-        self._spawn(self._group_timer_loop())
-        self._spawn(self.transactions.timeout_loop())
+        self._spawn(
+            "retention",
+            self._every("retention", self._retention_delay, self._retention_tick),
+        )
+        self._spawn(
+            "group-timer",
+            self._every("group-timer", self._group_timer_delay, self._group_timer_tick),
+        )
+        self._spawn(
+            "transaction-timeout",
+            self._every(
+                "transaction-timeout",
+                self.transactions.timeout_delay,
+                self.transactions.timeout_tick,
+            ),
+        )
         self.transactions.complete_in_doubt()
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._server is not None:
             self._server.close()
         for task in list(self._tasks) + list(self._connections):
@@ -85,11 +114,6 @@ class Broker:
         self.offsets_log.close()
         self.committer.close()
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -99,32 +123,76 @@ class Broker:
         finally:
             self._connections.discard(task)
 
-    async def _retention_loop(self) -> None:
+    # -- supervised background tasks ---------------------------------------------------------
+
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a background task that must live as long as the broker: if it ever ends other
+        than by stop(), the broker halts (a loop that stopped would silently stop session
+        expiry or transaction timeouts), as on a storage failure."""
+        task = asyncio.get_running_loop().create_task(coro, name=f"onceflow-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda done: self._task_ended(name, done))
+
+    def _task_ended(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._stopping or task.cancelled():
+            return
+        error = task.exception()
+        log.critical("background task %s stopped: %r", name, error, exc_info=error)
+        halt(error or RuntimeError(f"background task {name} returned"))
+
+    async def _every(
+        self,
+        name: str,
+        delay: Callable[[], float],
+        tick: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Run `tick` after each `delay()` seconds, forever. An exception in one tick is logged
+        (rate-limited) and the loop goes on at its next tick; a storage failure halts."""
+        while True:
+            await asyncio.sleep(delay())
+            try:
+                raise_point(f"loop.{name}")
+                await tick()
+            except Exception as e:
+                halt_on_storage_error(e)
+                self.background_errors[name] = self.background_errors.get(name, 0) + 1
+                _loop_errors.error(
+                    f"background task {name} failed (it goes on at its next tick): %r",
+                    e,
+                    exc_info=True,
+                )
+
+    def _retention_delay(self) -> float:
+        return self.config.log_retention_check_interval_ms / 1000
+
+    async def _retention_tick(self) -> None:
         """log.retention.check.interval.ms: delete expired segments, forget idle producers
         (producer.id.expiration.ms) and expired group offsets (offsets.retention.minutes)."""
-        interval = self.config.log_retention_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            for topic in self.topics:
-                for partition in topic.partitions:
+        for topic in list(self.topics):
+            for partition in topic.partitions:
+                try:
                     deleted = partition.apply_retention()
-                    if deleted:
-                        log.info(
-                            "retention deleted %d segment(s) of %s-%d",
-                            deleted,
-                            topic.name,
-                            partition.index,
-                        )
-            expired = self.groups.cleanup_expired_offsets()
-            if expired.records:
-                await self.write_offsets_records(expired.records, None)
+                except LogClosedError:
+                    continue  # deleted by DeleteTopics meanwhile
+                if deleted:
+                    log.info(
+                        "retention deleted %d segment(s) of %s-%d",
+                        deleted,
+                        topic.name,
+                        partition.index,
+                    )
+        expired = self.groups.cleanup_expired_offsets()
+        if expired.records:
+            await self.write_offsets_records(expired.records, None)
 
-    async def _group_timer_loop(self) -> None:
-        while True:
-            deadline = self.groups.next_deadline()
-            delay = 0.1 if deadline is None else (deadline - self.clock()) / 1000
-            await asyncio.sleep(min(max(delay, 0.005), 0.1))
-            self.groups.tick()
+    def _group_timer_delay(self) -> float:
+        deadline = self.groups.next_deadline()
+        delay = 0.1 if deadline is None else (deadline - self.clock()) / 1000
+        return min(max(delay, 0.005), 0.1)
+
+    async def _group_timer_tick(self) -> None:
+        self.groups.tick()
 
     # -- group offsets ----------------------------------------------------------------------
 
@@ -182,7 +250,9 @@ class Broker:
         producer_epoch: int,
         transactional: bool,
     ) -> Any:
-        await self.offsets_log.durable()
+        # Written: the state must follow the log, so a round that could not prepare it is
+        # retried (until_durable), never answered as if nothing was written.
+        await until_durable(self.committer, [self.offsets_log.log])
         for key, value in records:
             self.groups.replay(key, value, producer_id, producer_epoch, transactional)
         return response
@@ -191,16 +261,46 @@ class Broker:
 
     def make_durable(self, partitions: list[Partition]) -> asyncio.Future[None]:
         """Start (or join) a group-commit round for these partitions; readers are woken when
-        the high watermark moves. A failed fsync halts the broker (durability.py)."""
+        the high watermark moves. A failed fsync halts the broker (durability.py); partitions
+        that could not be made durable raise PartitionsNotDurableError with their error codes
+        (the others are durable and their readers woken)."""
         future = asyncio.ensure_future(self._durable(partitions))
         future.add_done_callback(_retrieve)
         return future
 
     async def _durable(self, partitions: list[Partition]) -> None:
-        if partitions:
+        if not partitions:
+            return
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        try:
             await self.committer.wait_durable({p.log for p in partitions})
+        except NotDurableError as e:
             for p in partitions:
-                p.notify()
+                if p.log in e.failures:
+                    errors[(p.topic, p.index)] = self.not_durable_code(p, e.failures[p.log])
+        for p in partitions:
+            if (p.topic, p.index) in errors:
+                continue
+            if self.topics.partition(p.topic, p.index) is not p:
+                # Deleted while the round ran: Kafka answers a produce waiting on a deleted
+                # partition so (DelayedProduce, getPartitionOrError).
+                errors[(p.topic, p.index)] = ErrorCode.unknown_topic_or_partition
+                continue
+            p.notify()
+        if errors:
+            raise PartitionsNotDurableError(errors)
+
+    def not_durable_code(self, partition: Partition, error: BaseException) -> ErrorCode:
+        """The error a write to `partition` answers when its round could not make it durable
+        (NotDurableError.failures)."""
+        if isinstance(error, LogClosedError):
+            if self.topics.partition(partition.topic, partition.index) is not partition:
+                return ErrorCode.unknown_topic_or_partition  # deleted
+            return ErrorCode.not_leader_or_follower  # closed (shutting down)
+        # Appended but not yet synced (EMFILE while preparing the flush): retriable, and the
+        # client treats the write as possibly persisted, which it is (a retry of an idempotent
+        # producer is deduplicated).
+        return ErrorCode.not_enough_replicas_after_append
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -218,8 +318,13 @@ class Broker:
 
 def _retrieve(future: asyncio.Future[None]) -> None:
     # acks=0/1 writers do not await durability: an error is logged here, not lost.
-    if not future.cancelled() and future.exception() is not None:
-        log.error("fsync failed: %s", future.exception())
+    if future.cancelled():
+        return
+    error = future.exception()
+    if isinstance(error, PartitionsNotDurableError):
+        log.warning("%s", error)  # the next round covers what is left dirty
+    elif error is not None:
+        log.error("fsync failed: %s", error)
 
 
 async def serve_forever(config: BrokerConfig) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from onceflow.broker.config import BrokerConfig
-from onceflow.broker.faults import crash_point, fail_point
+from onceflow.broker.faults import crash_point, raise_point
 from onceflow.broker.partition import Partition
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.clock import Clock
@@ -429,7 +429,7 @@ class TopicRegistry:
         for plan in todo:
             try:
                 for index in range(plan.first, plan.total):
-                    fail_point("topics.open-partition")
+                    raise_point("topics.open-partition")
                     plan.opened.append(self._open_partition(plan.name, index, plan.log_config))
             except (OSError, LogError) as e:
                 log.warning("creating partitions of %r failed, rolling back: %s", plan.name, e)

@@ -555,6 +555,12 @@ class TransactionCoordinator:
             )
         return out
 
+    def was_issued(self, producer_id: int) -> bool:
+        """Could this coordinator have handed out `producer_id`? Ids are handed out only from
+        blocks whose record is durable, so one at or past the end of the highest durable block
+        never was (it is durable too: the answer holds across restarts)."""
+        return 0 <= producer_id < self._producer_ids.durable_end
+
     def get(self, transactional_id: str) -> TransactionMetadata | None:
         """The durable metadata of a transactional id (None if unknown or expired)."""
         return self._txns.get(transactional_id)

@@ -37,6 +37,10 @@ from onceflow.txn.producer_entry import (
 from onceflow.txn.producer_snapshot import decode_snapshot, encode_snapshot
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
+# Producers remembered per partition. Kafka bounds them only by producer.id.expiration.ms; a
+# bound keeps a flood of (issued) producer ids from growing memory for a day. Generous (about
+# 1 KiB each): past it the producer idle longest is forgotten early, as expiration would.
+MAX_PRODUCERS_PER_PARTITION = 20_000
 
 
 class AppendOrigin(Enum):
@@ -96,6 +100,7 @@ class ProducerStateManager:
         self._clock = clock
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
+        self.max_producers = MAX_PRODUCERS_PER_PARTITION
         # open transactions: sorted first offsets, and who opened each
         self._ongoing_offsets: list[int] = []
         self._ongoing: dict[int, int] = {}
@@ -342,8 +347,17 @@ class ProducerStateManager:
     def _entry(self, producer_id: int) -> ProducerStateEntry:
         entry = self._producers.get(producer_id)
         if entry is None:
+            if len(self._producers) >= self.max_producers:
+                self._evict_idlest()
             entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
         return entry
+
+    def _evict_idlest(self) -> None:
+        """Forget the producer idle longest (never one with an open transaction), as its
+        expiration would later: only a retry of its last batch could then be written twice."""
+        idle = [e for e in self._producers.values() if not e.has_open_transaction]
+        if idle:
+            del self._producers[min(idle, key=lambda e: e.last_timestamp).producer_id]
 
     # -- stable offsets -----------------------------------------------------------------------
 

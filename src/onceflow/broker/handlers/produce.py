@@ -8,6 +8,7 @@ watermark (so readers only ever see durable data).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.dispatch import api
+from onceflow.broker.durability import PartitionsNotDurableError
 from onceflow.broker.faults import crash_point
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
@@ -95,6 +97,13 @@ def append_to_partition(
             f"batch of {header.size} bytes exceeds segment.bytes={config.segment_bytes}",
         )
     if header.has_producer_id:
+        if not broker.transactions.coordinator.was_issued(header.producer_id):
+            # Made-up ids would each cost producer state for a day; clients reset their
+            # producer id on UNKNOWN_PRODUCER_ID (INVALID_PRODUCER_ID_MAPPING is fatal to them).
+            raise ProduceError(
+                ErrorCode.unknown_producer_id,
+                f"producer id {header.producer_id} was never issued by this broker",
+            )
         verified = True
         if partition.producers.needs_verification(header):
             # KIP-890: a transactional batch may only open a transaction on a partition that
@@ -190,6 +199,28 @@ def handle_produce(broker: Broker, request: Request) -> Any:
 
 
 async def _after(durable: asyncio.Future[None], response: Any) -> Any:
-    await durable
+    try:
+        await durable
+    except PartitionsNotDurableError as e:
+        # Those partitions answer their error (deleted, or not yet synced); the others stand.
+        response = _with_errors(response, e.errors)
     crash_point("produce.before-response")
     return response
+
+
+def _with_errors(response: Any, errors: dict[tuple[str, int], ErrorCode]) -> Any:
+    def part(topic: str, p: Any) -> Any:
+        code = errors.get((topic, p.index))
+        if code is None:
+            return p
+        return dataclasses.replace(
+            p, error_code=code, base_offset=-1, log_append_time=None, log_start_offset=-1
+        )
+
+    topics = tuple(
+        dataclasses.replace(
+            t, partition_responses=tuple(part(t.name, p) for p in t.partition_responses)
+        )
+        for t in response.responses
+    )
+    return dataclasses.replace(response, responses=topics)

@@ -14,10 +14,14 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.dispatch import api
 from onceflow.broker.handlers.offsets import commit_response, requested_offsets
-from onceflow.broker.transactions import OFFSETS_TOPIC
+from onceflow.broker.transactions import (
+    HELD_REQUEST_TIMEOUT_S,
+    OFFSETS_TOPIC,
+    CoordinatorUnavailableError,
+)
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
-from onceflow.txn.coordinator import error_for_version
+from onceflow.txn.coordinator import InitProducerIdResponse, error_for_version
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
@@ -34,14 +38,24 @@ def _datetime(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
-def _after_markers(broker: Broker, transactional_id: str | None, start: Callable[[], Any]) -> Any:
-    """`start()` now, or once the id's markers in flight are written (pending_markers)."""
+def _after_markers(
+    broker: Broker,
+    transactional_id: str | None,
+    start: Callable[[], Any],
+    busy: Callable[[ErrorCode], Any],
+) -> Any:
+    """`start()` now, or once the id's markers in flight are written (pending_markers). Held
+    at most HELD_REQUEST_TIMEOUT_S: then `busy(CONCURRENT_TRANSACTIONS)` answers, which is what
+    Kafka answers at once while markers are in flight, and clients retry."""
     pending = broker.transactions.pending_markers(transactional_id)
     if pending is None:
         return start()
 
     async def later() -> Any:
-        await asyncio.wait([pending])  # never cancels the markers if the client goes away
+        # asyncio.wait never cancels the markers if the client goes away or the bound passes.
+        done, _ = await asyncio.wait([pending], timeout=HELD_REQUEST_TIMEOUT_S)
+        if not done:
+            return busy(ErrorCode.concurrent_transactions)
         answer = start()
         return await answer if inspect.isawaitable(answer) else answer
 
@@ -51,7 +65,12 @@ def _after_markers(broker: Broker, transactional_id: str | None, start: Callable
 @api(22, 0, 5)
 def handle_init_producer_id(broker: Broker, request: Request) -> Any:
     req = request.body
-    return _after_markers(broker, req.transactional_id, lambda: _init(broker, request))
+    return _after_markers(
+        broker,
+        req.transactional_id,
+        lambda: _init(broker, request),
+        lambda error: _init_answer(request, InitProducerIdResponse(error)),
+    )
 
 
 def _init(broker: Broker, request: Request) -> Any:
@@ -66,7 +85,14 @@ def _init(broker: Broker, request: Request) -> Any:
 
 
 async def _init_response(broker: Broker, request: Request, result: Any) -> Any:
-    answer = await broker.transactions.run(result)
+    try:
+        answer = await broker.transactions.run(result)
+    except CoordinatorUnavailableError as e:
+        answer = InitProducerIdResponse(e.error_code)
+    return _init_answer(request, answer)
+
+
+def _init_answer(request: Request, answer: InitProducerIdResponse) -> Any:
     return build(
         response_type(22, request.api_version),
         throttle_time=ZERO,
@@ -79,7 +105,16 @@ async def _init_response(broker: Broker, request: Request, result: Any) -> Any:
 @api(24, 0, 3)
 def handle_add_partitions_to_txn(broker: Broker, request: Request) -> Any:
     txn_id = request.body.v3_and_below_transactional_id
-    return _after_markers(broker, txn_id, lambda: _add_partitions(broker, request))
+    return _after_markers(
+        broker,
+        txn_id,
+        lambda: _add_partitions(broker, request),
+        lambda error: _add_partitions_response(request, _every_partition(request, error)),
+    )
+
+
+def _every_partition(request: Request, error: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
+    return {(t.name, p): error for t in request.body.v3_and_below_topics for p in t.partitions}
 
 
 def _add_partitions(broker: Broker, request: Request) -> Any:
@@ -105,7 +140,11 @@ def _add_partitions(broker: Broker, request: Request) -> Any:
 
 
 async def _add_partitions_later(broker: Broker, request: Request, result: Any) -> Any:
-    return _add_partitions_response(request, await broker.transactions.run(result))
+    try:
+        errors = await broker.transactions.run(result)
+    except CoordinatorUnavailableError as e:
+        errors = _every_partition(request, e.error_code)
+    return _add_partitions_response(request, errors)
 
 
 def _add_partitions_response(request: Request, errors: dict[tuple[str, int], ErrorCode]) -> Any:
@@ -140,7 +179,9 @@ def handle_add_offsets_to_txn(broker: Broker, request: Request) -> Any:
         )
         return _simple_later(broker, request, 25, result)
 
-    return _after_markers(broker, req.transactional_id, add)
+    return _after_markers(
+        broker, req.transactional_id, add, lambda error: _simple_answer(request, 25, error)
+    )
 
 
 @api(26, 0, 4)
@@ -153,7 +194,14 @@ def handle_end_txn(broker: Broker, request: Request) -> Any:
 
 
 async def _simple_later(broker: Broker, request: Request, api_key: int, result: Any) -> Any:
-    error = await broker.transactions.run(result)
+    try:
+        error = await broker.transactions.run(result)
+    except CoordinatorUnavailableError as e:
+        error = e.error_code
+    return _simple_answer(request, api_key, error)
+
+
+def _simple_answer(request: Request, api_key: int, error: ErrorCode) -> Any:
     return build(
         response_type(api_key, request.api_version),
         throttle_time=ZERO,

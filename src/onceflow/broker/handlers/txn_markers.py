@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.dispatch import api
+from onceflow.broker.durability import NotDurableError
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.broker.transactions import OFFSETS_TOPIC
 from onceflow.protocol.entities import build, sibling
@@ -97,10 +98,21 @@ async def _answer_when_durable(
 ) -> Any:
     partitions = list(dict.fromkeys(written))  # a partition may be named twice
     logs: list[PartitionLog] = [p.log for p in partitions]
+    failures: dict[PartitionLog, BaseException] = {}
     if logs:
-        await broker.committer.wait_durable(logs)
+        try:
+            await broker.committer.wait_durable(logs)
+        except NotDurableError as e:
+            failures = e.failures  # deleted since, or not yet synced: those answer an error
     for partition in partitions:
-        partition.notify()
+        error = failures.get(partition.log)
+        if error is None:
+            partition.notify()
+            continue
+        code = broker.not_durable_code(partition, error)
+        for errors in results:
+            if errors.get((partition.topic, partition.index)) == ErrorCode.none:
+                errors[(partition.topic, partition.index)] = code
     return _response(request, results)
 
 
