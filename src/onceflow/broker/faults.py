@@ -7,7 +7,8 @@ that is durable but not yet acknowledged). `ONCEFLOW_DELAY_AT=name:ms` holds the
 at a delay point that long each time, so a test can look at the state in between (a decided
 transaction whose markers are not written yet). `ONCEFLOW_RAISE_AT=name[:n]` makes the n-th
 (default 1st) pass through a raise point raise InjectedFaultError once, so a test can show that
-a background task survives an exception, or what a failure half-way leaves. Unset, each costs one comparison.
+a background task survives an exception, or what a failure half-way leaves. Unset, each costs
+one comparison.
 """
 
 from __future__ import annotations
