@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from onceflow.broker.storage_failure import halt
+from onceflow.log.errors import DescriptorsExhaustedError
 from onceflow.log.partition_log import PartitionLog
 
 
@@ -58,18 +59,27 @@ class GroupCommitter:
                 self._pending, self._waiters = set(), []
                 tickets = [(log, log.prepare_flush()) for log in logs]
                 tickets = [(log, t) for log, t in tickets if t is not None]
-                try:
-                    await asyncio.gather(
-                        *(loop.run_in_executor(self._pool, t.run) for _, t in tickets)
-                    )
-                except OSError as e:
-                    self.on_failure(e)
+                results = await asyncio.gather(
+                    *(loop.run_in_executor(self._pool, t.run) for _, t in tickets),
+                    return_exceptions=True,
+                )
+                errors = [r for r in results if isinstance(r, BaseException)]
+                failure = next((e for e in errors if not _out_of_descriptors(e)), None)
+                if failure is not None and not isinstance(failure, OSError):
+                    raise failure  # a bug, not the disk
+                if isinstance(failure, OSError):
+                    self.on_failure(failure)
+                else:
+                    for log, ticket in tickets:
+                        if ticket.done:
+                            log.complete_flush(ticket)
+                if errors:
+                    # A failed fsync halted above. Out of descriptors: those logs stay dirty
+                    # and the next round covers them; these writers get a retriable error.
                     for w in waiters:
                         if not w.done():
-                            w.set_exception(e)
+                            w.set_exception(failure or errors[0])
                     continue
-                for log, ticket in tickets:
-                    log.complete_flush(ticket)
                 self.rounds += 1
                 for w in waiters:
                     if not w.done():
@@ -79,3 +89,7 @@ class GroupCommitter:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _out_of_descriptors(error: BaseException) -> bool:
+    return isinstance(error, DescriptorsExhaustedError)

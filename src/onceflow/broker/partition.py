@@ -9,6 +9,7 @@ duplicate retried across a restart is still caught.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from onceflow.clock import Clock
 from onceflow.log.config import LogConfig
+from onceflow.log.errors import DescriptorsExhaustedError
+from onceflow.log.file_handles import file_handles
 from onceflow.log.full_disk import check_space
 from onceflow.log.partition_log import PartitionLog
 from onceflow.records.batch import BatchHeader, iter_batches
@@ -135,8 +138,13 @@ class Partition:
     def _snapshot_on_roll(self) -> None:
         segments = len(self.log.segment_base_offsets)
         if segments != self._segments_seen:
+            try:
+                self.write_snapshot()
+            except DescriptorsExhaustedError as exc:
+                # A snapshot only shortens recovery's replay: try again at the next roll.
+                log.warning("producer snapshot of %s-%d postponed: %s", self.topic, self.index, exc)
+                return
             self._segments_seen = segments
-            self.write_snapshot()
 
     def write_snapshot(self) -> None:
         """Persist producer state at the current log end (the aborted index first, so that
@@ -147,7 +155,11 @@ class Partition:
         path = directory / f"{offset:020d}.snapshot"
         tmp = path.with_suffix(".snapshot.tmp")
         check_space()
-        tmp.write_bytes(self.producers.snapshot())
+        data = self.producers.snapshot()
+        with file_handles().transient(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as fd:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
         tmp.replace(path)
         for old in _snapshot_files(directory)[:-SNAPSHOTS_KEPT]:
             old[1].unlink(missing_ok=True)

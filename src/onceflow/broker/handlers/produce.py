@@ -8,6 +8,7 @@ watermark (so readers only ever see durable data).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.dispatch import api
 from onceflow.broker.faults import crash_point
+from onceflow.log.errors import DescriptorsExhaustedError
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
 from onceflow.records.errors import (
@@ -125,7 +127,11 @@ def append_to_partition(
             raise ProduceError(code, str(e)) from None
         if duplicate is not None:
             return Appended(duplicate.first_offset, -1, partition.log.log_start_offset)
-    info = partition.log.append(records, headers)
+    try:
+        info = partition.log.append(records, headers)
+    except DescriptorsExhaustedError as e:
+        # Nothing was written; Kafka's clients retry KAFKA_STORAGE_ERROR.
+        raise ProduceError(ErrorCode.kafka_storage_error, str(e)) from None
     partition.after_append([h for _, h in info.headers])
     return Appended(info.first_offset, info.log_append_time, info.log_start_offset)
 
@@ -190,6 +196,28 @@ def handle_produce(broker: Broker, request: Request) -> Any:
 
 
 async def _after(durable: asyncio.Future[None], response: Any) -> Any:
-    await durable
+    try:
+        await durable
+    except DescriptorsExhaustedError as e:
+        # The fsync round could not reopen a file: not durable yet, so not acknowledged.
+        log.warning("produce not acknowledged: %s", e)
+        return _with_error(response, ErrorCode.kafka_storage_error, str(e))
     crash_point("produce.before-response")
     return response
+
+
+def _with_error(response: Any, code: ErrorCode, message: str) -> Any:
+    """The response with `code` on every partition that had succeeded."""
+    topics = tuple(
+        dataclasses.replace(
+            topic,
+            partition_responses=tuple(
+                dataclasses.replace(p, error_code=code, base_offset=-1, error_message=message)
+                if p.error_code == ErrorCode.none
+                else p
+                for p in topic.partition_responses
+            ),
+        )
+        for topic in response.responses
+    )
+    return dataclasses.replace(response, responses=topics)
