@@ -44,6 +44,9 @@ class Partition:
     # Called after the high watermark moves (fetch long-polls wait on it).
     listeners: set[Callable[[], None]] = field(default_factory=set)
     _segments_seen: int = 0
+    # Offsets of the snapshot files on disk, listed once: a directory of thousands of small
+    # segments must not be listed again at every roll.
+    _snapshots: list[int] | None = None
 
     @classmethod
     def open(
@@ -161,8 +164,13 @@ class Partition:
             while view:
                 view = view[os.write(fd, view) :]
         tmp.replace(path)
-        for old in _snapshot_files(directory)[:-SNAPSHOTS_KEPT]:
-            old[1].unlink(missing_ok=True)
+        if self._snapshots is None:
+            self._snapshots = [o for o, _ in _snapshot_files(directory)]
+        if offset not in self._snapshots:
+            self._snapshots = sorted([*self._snapshots, offset])
+        for old in self._snapshots[:-SNAPSHOTS_KEPT]:
+            (directory / f"{old:020d}.snapshot").unlink(missing_ok=True)
+        self._snapshots = self._snapshots[-SNAPSHOTS_KEPT:]
 
     def close(self) -> None:
         self.write_snapshot()
