@@ -22,7 +22,6 @@ from tests.broker.test_confluent_client import create_topic
 from tests.broker.test_hostile_input import Ledger, WireClient, produce_request
 
 LIMIT = 1024
-BATCHES = 19_500
 WINDOW = 48  # pipelined requests, below the broker's in-flight bound per connection
 PIN_SLACK = 16  # descriptors pinned by requests in flight can exceed the cache briefly
 FIRST_TIMESTAMP = 1_700_000_000_000
@@ -55,9 +54,15 @@ def produce_pipelined(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # every roll creates files: ~15 ms each on a shared disk
 @pytest.mark.parametrize(
-    ("config", "timestamp_step_ms"),
-    [({"segment.bytes": "100"}, 0), ({"segment.ms": "1"}, 2)],
+    ("config", "timestamp_step_ms", "batches"),
+    [
+        # The finding: ~19,000 batches halted the broker at the default limit.
+        ({"segment.bytes": "100"}, 0, 19_500),
+        # Four times the limit is enough to show it; every roll costs file creations.
+        ({"segment.ms": "1"}, 2, 4 * LIMIT),
+    ],
     ids=["segment.bytes=100", "segment.ms=1"],
 )
 def test_tiny_segments_do_not_exhaust_descriptors(
@@ -65,19 +70,20 @@ def test_tiny_segments_do_not_exhaust_descriptors(
     topic_name: str,
     config: dict[str, str],
     timestamp_step_ms: int,
+    batches: int,
 ) -> None:
     broker = make_broker(open_files_limit=LIMIT, fsync=False)
     create_topic(broker.bootstrap, topic_name, 1, **config)
     bound = broker.open_fds() + capacity_for_limit(LIMIT) + PIN_SLACK
     ledger = Ledger(broker, topic_name, partitions=1)
-    values = [f"r{i}".encode() for i in range(BATCHES)]
+    values = [f"r{i}".encode() for i in range(batches)]
 
     peak = produce_pipelined(broker, topic_name, values, timestamp_step_ms)
     ledger.expected[0] = list(values)
 
     assert peak <= bound < LIMIT
     segments = list((broker.data_dir).rglob(f"{topic_name}-0/*.log"))
-    assert len(segments) >= BATCHES  # each batch did roll a segment
+    assert len(segments) >= batches  # each batch did roll a segment
     ledger.assert_intact()  # alive, writable, and every record reads back
 
     broker.kill()  # kill -9: no clean shutdown, a recovery under the same limit
@@ -85,3 +91,33 @@ def test_tiny_segments_do_not_exhaust_descriptors(
     assert broker.open_fds() <= bound
     ledger.assert_intact()
     assert broker.open_fds() <= bound
+
+
+def test_many_partitions_under_a_low_limit(
+    make_broker: Callable[..., EmbeddedBroker], topic_name: str
+) -> None:
+    """Partitions that are not being written hold no descriptors once others need them: a
+    topic of more partitions than the limit allows files for is created, written and read."""
+    limit = 256  # each partition held 4 files before (directory, .log, .index, .timeindex)
+    partitions = 300
+    broker = make_broker(open_files_limit=limit, fsync=False)
+    bound = broker.open_fds() + capacity_for_limit(limit) + PIN_SLACK
+    create_topic(broker.bootstrap, topic_name, partitions)
+    assert broker.open_fds() <= bound
+    ledger = Ledger(broker, topic_name, partitions=partitions)
+    client = WireClient(broker.bootstrap)
+    try:
+        for start in range(0, partitions, WINDOW):
+            parts = range(start, min(start + WINDOW, partitions))
+            batches = {
+                p: build_batch([(None, f"p{p}".encode(), (), FIRST_TIMESTAMP)]) for p in parts
+            }
+            response = client.call(produce_request(topic_name, batches))
+            errors = {p.index: p.error_code for p in response.responses[0].partition_responses}
+            assert errors == dict.fromkeys(parts, ErrorCode.none)
+            for p in parts:
+                ledger.expected[p] = [f"p{p}".encode()]
+    finally:
+        client.close()
+    assert broker.open_fds() <= bound
+    ledger.assert_intact()

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.faults import crash_point, delay_point
 from onceflow.broker.storage_failure import halt_on_storage_error
+from onceflow.log.errors import DescriptorsExhaustedError
 from onceflow.records.control import build_marker
 from onceflow.txn.coordinator import CoordinatorResult, MarkerJob, TransactionCoordinator
 from onceflow.txn.errors import TxnError, TxnIndexStorageError
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from onceflow.broker.server import Broker
 
 log = logging.getLogger(__name__)
+MARKER_RETRY_BACKOFF_S = 0.5  # after running out of file descriptors
 
 T = TypeVar("T")
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -100,12 +102,19 @@ class Transactions:
         task = asyncio.get_running_loop().create_task(self._write_markers(job))
         self._marker_tasks.add(task)
         self._markers_by_id[job.transactional_id] = task
-        task.add_done_callback(lambda done: self._marker_done(job.transactional_id, done))
+        task.add_done_callback(lambda done: self._marker_done(job, done))
 
-    def _marker_done(self, transactional_id: str, task: asyncio.Task[None]) -> None:
+    def _marker_done(self, job: MarkerJob, task: asyncio.Task[None]) -> None:
+        transactional_id = job.transactional_id
         self._marker_tasks.discard(task)
         if self._markers_by_id.get(transactional_id) is task:
             del self._markers_by_id[transactional_id]
+        if not task.cancelled() and isinstance(task.exception(), DescriptorsExhaustedError):
+            # Nothing failed on disk; write the markers again once descriptors are free, as
+            # loading does for an in-doubt transaction (a marker written twice is harmless).
+            log.warning("transaction markers postponed: %s", task.exception())
+            asyncio.get_running_loop().call_later(MARKER_RETRY_BACKOFF_S, self._spawn_markers, job)
+            return
         if not task.cancelled() and task.exception() is not None:
             halt_on_storage_error(task.exception())  # else the transaction hangs in Prepare*
             log.error("writing transaction markers failed: %r", task.exception())
