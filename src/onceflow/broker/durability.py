@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.faults import delay_point, raise_point
 from onceflow.broker.rate_limited import RateLimitedLog
 from onceflow.broker.storage_failure import halt
-from onceflow.log.errors import LogClosedError
+from onceflow.log.errors import DescriptorsExhaustedError, LogClosedError
 from onceflow.log.partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
@@ -155,11 +155,20 @@ class GroupCommitter:
             if ticket is not None:
                 tickets.append((one, ticket))
         # Each ticket releases its descriptors itself when it has run, failed or not.
-        await asyncio.gather(
-            *(loop.run_in_executor(self._pool, ticket.run) for _, ticket in tickets)
+        results = await asyncio.gather(
+            *(loop.run_in_executor(self._pool, ticket.run) for _, ticket in tickets),
+            return_exceptions=True,
         )
-        for one, ticket in tickets:
-            one.complete_flush(ticket)
+        for (one, ticket), result in zip(tickets, results, strict=True):
+            if isinstance(result, DescriptorsExhaustedError):
+                # A file could not be reopened to sync it: no fsync failed, nothing is lost;
+                # the data stays dirty for the next round.
+                _prepare_failures.warning("cannot flush %s: %r", one.directory.name, result)
+                failed[one] = result
+            elif isinstance(result, BaseException):
+                raise result  # a failed fsync (OSError: the caller halts) or a bug
+            else:
+                one.complete_flush(ticket)
         return failed
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ class EmbeddedBroker:
         settings: dict[str, str] | None = None,
         log_level: str = "WARNING",
         env: dict[str, str] | None = None,
+        open_files_limit: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
@@ -40,6 +42,8 @@ class EmbeddedBroker:
         self.settings = dict(settings or {})
         self.log_level = log_level
         self.env = dict(env or {})  # e.g. ONCEFLOW_CRASH_AT (see onceflow.broker.faults)
+        # RLIMIT_NOFILE (soft and hard) of the child, e.g. 1024 to test descriptor bounds.
+        self.open_files_limit = open_files_limit
         self.process: subprocess.Popen[str] | None = None
         self.output: deque[str] = deque(maxlen=200)
 
@@ -76,6 +80,7 @@ class EmbeddedBroker:
             text=True,
             bufsize=1,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+            preexec_fn=self._limit_open_files if self.open_files_limit else None,
         )
         ready = threading.Event()
         threading.Thread(target=self._pump, args=(self.process, ready), daemon=True).start()
@@ -86,6 +91,16 @@ class EmbeddedBroker:
                 tail = "\n".join(self.output)
                 raise BrokerStartError(f"broker did not start:\n{tail}")
         return self
+
+    def _limit_open_files(self) -> None:
+        # Runs in the child between fork and exec: only async-signal-safe work here.
+        limit = self.open_files_limit
+        assert limit is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    def open_fds(self) -> int:
+        """Descriptors the broker process holds now, from /proc."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
 
     def _pump(self, process: subprocess.Popen[str], ready: threading.Event) -> None:
         assert process.stdout is not None

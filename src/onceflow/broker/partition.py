@@ -9,6 +9,7 @@ duplicate retried across a restart is still caught.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from onceflow.clock import Clock
 from onceflow.log.config import LogConfig
+from onceflow.log.errors import DescriptorsExhaustedError
+from onceflow.log.file_handles import file_handles
 from onceflow.log.full_disk import check_space
 from onceflow.log.partition_log import PartitionLog
 from onceflow.records.batch import BatchHeader, iter_batches
@@ -41,6 +44,9 @@ class Partition:
     # Called after the high watermark moves (fetch long-polls wait on it).
     listeners: set[Callable[[], None]] = field(default_factory=set)
     _segments_seen: int = 0
+    # Offsets of the snapshot files on disk, listed once: a directory of thousands of small
+    # segments must not be listed again at every roll.
+    _snapshots: list[int] | None = None
 
     @classmethod
     def open(
@@ -135,8 +141,13 @@ class Partition:
     def _snapshot_on_roll(self) -> None:
         segments = len(self.log.segment_base_offsets)
         if segments != self._segments_seen:
+            try:
+                self.write_snapshot()
+            except DescriptorsExhaustedError as exc:
+                # A snapshot only shortens recovery's replay: try again at the next roll.
+                log.warning("producer snapshot of %s-%d postponed: %s", self.topic, self.index, exc)
+                return
             self._segments_seen = segments
-            self.write_snapshot()
 
     def write_snapshot(self) -> None:
         """Persist producer state at the current log end (the aborted index first, so that
@@ -147,10 +158,19 @@ class Partition:
         path = directory / f"{offset:020d}.snapshot"
         tmp = path.with_suffix(".snapshot.tmp")
         check_space()
-        tmp.write_bytes(self.producers.snapshot())
+        data = self.producers.snapshot()
+        with file_handles().transient(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as fd:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
         tmp.replace(path)
-        for old in _snapshot_files(directory)[:-SNAPSHOTS_KEPT]:
-            old[1].unlink(missing_ok=True)
+        if self._snapshots is None:
+            self._snapshots = [o for o, _ in _snapshot_files(directory)]
+        if offset not in self._snapshots:
+            self._snapshots = sorted([*self._snapshots, offset])
+        for old in self._snapshots[:-SNAPSHOTS_KEPT]:
+            (directory / f"{old:020d}.snapshot").unlink(missing_ok=True)
+        self._snapshots = self._snapshots[-SNAPSHOTS_KEPT:]
 
     def close(self) -> None:
         self.write_snapshot()

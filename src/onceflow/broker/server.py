@@ -32,6 +32,8 @@ from onceflow.clock import Clock, system_clock
 from onceflow.groups.config import GroupCoordinatorConfig
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.log.errors import LogClosedError
+from onceflow.log.file_handles import capacity_for_limit, raise_open_files_limit
+from onceflow.log.file_handles import configure as configure_file_handles
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.messages import Request
 from onceflow.records.control import ControlType, parse_control_record
@@ -329,6 +331,9 @@ def _retrieve(future: asyncio.Future[None]) -> None:
 
 async def serve_forever(config: BrokerConfig) -> None:
     """Run until SIGTERM/SIGINT; log one line when ready."""
+    # As the JVM does for Kafka: soft RLIMIT_NOFILE up to the hard limit, then the log
+    # layer's share of it (file_handles.py); connections and the rest get the remainder.
+    configure_file_handles(capacity_for_limit(raise_open_files_limit()))
     broker = Broker(config)
     await broker.start()
     stop = asyncio.Event()

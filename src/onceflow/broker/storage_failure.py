@@ -14,7 +14,7 @@ import errno
 import logging
 import os
 
-from onceflow.log.errors import LogStorageError
+from onceflow.log.errors import DescriptorsExhaustedError, LogStorageError
 from onceflow.txn.errors import TxnIndexStorageError
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,11 @@ _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS,
 
 
 def is_storage_error(error: BaseException | None) -> bool:
+    """A failed write or sync of the data directory. Running out of file descriptors
+    (DescriptorsExhaustedError, EMFILE, ENFILE) is not one: it is met before anything is
+    written, and fails that one request with a retriable error."""
+    if isinstance(error, DescriptorsExhaustedError):
+        return False
     if isinstance(error, (LogStorageError, TxnIndexStorageError)):
         return True
     return isinstance(error, OSError) and error.errno in _STORAGE_ERRNOS

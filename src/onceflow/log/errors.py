@@ -41,3 +41,12 @@ class CorruptSegmentError(LogError):
     def __init__(self, message: str, position: int) -> None:
         super().__init__(f"{message} (at byte {position})")
         self.position = position
+
+
+class DescriptorsExhaustedError(LogError):
+    """Out of file descriptors (EMFILE/ENFILE) even after closing idle log files.
+
+    Fails the one request that met it with KAFKA_STORAGE_ERROR, which clients retry; unlike
+    LogStorageError it is not a disk failure and does not halt the broker: it is raised
+    before anything is written, so memory and disk still agree.
+    """

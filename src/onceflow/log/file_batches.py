@@ -6,8 +6,7 @@ lookups and replay; never reads a whole file at once.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from onceflow.log.errors import CorruptSegmentError
 from onceflow.records.batch import (
@@ -24,8 +23,12 @@ SCAN_CHUNK_BYTES = 64 * 1024
 """Default read size: large enough to amortise syscalls, small enough for an offset lookup."""
 
 
+Pread = Callable[[int, int], bytes]
+"""pread(length, position): a positioned read (FileHandle.pread pins the file per call)."""
+
+
 def iter_file_batches(
-    fd: int,
+    pread: Pread,
     start: int,
     end: int,
     *,
@@ -48,7 +51,7 @@ def iter_file_batches(
             raise CorruptSegmentError(f"{remaining} trailing bytes do not form a batch", pos)
         off = pos - buf_start
         if off + HEADER_SIZE > len(buf):
-            buf = _pread_exactly(fd, min(max(chunk_bytes, HEADER_SIZE), remaining), pos)
+            buf = _pread_exactly(pread, min(max(chunk_bytes, HEADER_SIZE), remaining), pos)
             buf_start, off = pos, 0
         magic = buf[off + MAGIC_OFFSET]
         if magic != CURRENT_MAGIC:
@@ -64,7 +67,7 @@ def iter_file_batches(
         data: bytes | None = None
         if verify_crc or with_bytes:
             if off + size > len(buf):
-                buf = _pread_exactly(fd, min(max(chunk_bytes, size), remaining), pos)
+                buf = _pread_exactly(pread, min(max(chunk_bytes, size), remaining), pos)
                 buf_start, off = pos, 0
             if verify_crc and compute_crc(buf, off, size) != header.crc:
                 raise CorruptSegmentError("CRC mismatch", pos)
@@ -74,8 +77,8 @@ def iter_file_batches(
         pos += size
 
 
-def _pread_exactly(fd: int, length: int, pos: int) -> bytes:
-    data = os.pread(fd, length, pos)
+def _pread_exactly(pread: Pread, length: int, pos: int) -> bytes:
+    data = pread(length, pos)
     if len(data) < length:
         # The file shrank under us or the caller's end is wrong: either way not a batch.
         raise CorruptSegmentError(f"file ends after {len(data)} of {length} bytes", pos)

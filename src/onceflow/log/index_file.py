@@ -11,6 +11,7 @@ import os
 import struct
 from pathlib import Path
 
+from onceflow.log.file_handles import FileHandle, file_handles
 from onceflow.log.full_disk import check_space
 
 
@@ -23,7 +24,7 @@ class IndexFile:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max_index_bytes // self.ENTRY.size
-        self._fd: int | None = None
+        self._file: FileHandle | None = None  # opened on demand through the broker's cache
         self._entries = 0
 
     @property
@@ -46,30 +47,29 @@ class IndexFile:
 
     def _write_entry(self, *values: int) -> None:
         check_space()
-        os.pwrite(self._ensure_fd(), self.ENTRY.pack(*values), self._entries * self.ENTRY.size)
+        with self.file.pinned() as fd:
+            os.pwrite(fd, self.ENTRY.pack(*values), self._entries * self.ENTRY.size)
         self._entries += 1
 
     def _write_all(self, entries: list[tuple[int, ...]]) -> None:
         """Replace the file's content with `entries` (used by rebuilds)."""
         check_space()
-        fd = self._ensure_fd()
-        os.ftruncate(fd, 0)
         data = b"".join(self.ENTRY.pack(*e) for e in entries)
-        if data:
-            os.pwrite(fd, data, 0)
+        with self.file.pinned() as fd:
+            os.ftruncate(fd, 0)
+            if data:
+                os.pwrite(fd, data, 0)
         self._entries = len(entries)
 
-    def _ensure_fd(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        return self._fd
-
-    def dup_fd(self) -> int:
-        """A duplicate descriptor for a flush running on another thread."""
-        return os.dup(self._ensure_fd())
+    @property
+    def file(self) -> FileHandle:
+        """The index file's handle (created if missing when first opened)."""
+        if self._file is None:
+            self._file = file_handles().handle(self.path, os.O_RDWR | os.O_CREAT)
+        return self._file
 
     def close(self) -> None:
-        """Close the file; the in-memory entries stay usable for lookups."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Release the file; the in-memory entries stay usable for lookups."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None

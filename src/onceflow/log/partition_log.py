@@ -28,6 +28,7 @@ from onceflow.log.errors import (
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
 )
+from onceflow.log.file_handles import FileHandle, file_handles
 from onceflow.log.flush import FlushTicket
 from onceflow.log.recovery import (
     load_segments,
@@ -75,7 +76,7 @@ class PartitionLog:
         config: LogConfig,
         clock: Clock,
         segments: list[Segment],
-        dir_fd: int,
+        directory_file: FileHandle,
         recovery_point_file: RecoveryPointFile,
     ) -> None:
         self.directory = directory
@@ -83,7 +84,7 @@ class PartitionLog:
         self._clock = clock
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
-        self._dir_fd = dir_fd
+        self._dir_file = directory_file  # for fsyncs of the directory; opened on demand
         self._recovery_point_file = recovery_point_file
         self.log_start_offset = segments[0].base_offset
         self._flushed_offset = self.log_end_offset
@@ -101,7 +102,7 @@ class PartitionLog:
         directory = Path(directory)
         is_new = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        dir_file = file_handles().handle(directory, os.O_RDONLY | os.O_DIRECTORY)
         segments: list[Segment] = []
         try:
             loaded = load_segments(directory, config, clock())
@@ -114,20 +115,20 @@ class PartitionLog:
             if is_new:
                 fsync_dir(directory.parent)
             if is_new or loaded.files_changed or loaded.recovered:
-                os.fsync(dir_fd)
+                dir_file.fsync()
             stored = RecoveryPointFile.read(directory)
             recovery_point_file = RecoveryPointFile(directory, stored)
             active_base = segments[-1].base_offset
             if stored > active_base or (stored < active_base and len(segments) > 1):
-                recovery_point_file.store(active_base, dir_fd)
+                recovery_point_file.store(active_base, dir_file)
             if loaded.clean:
-                remove_clean_shutdown_marker(directory, dir_fd)
+                remove_clean_shutdown_marker(directory, dir_file)
         except BaseException:
             for segment in segments:
                 segment.close()
-            os.close(dir_fd)
+            dir_file.close()
             raise
-        return cls(directory, config, clock, segments, dir_fd, recovery_point_file)
+        return cls(directory, config, clock, segments, dir_file, recovery_point_file)
 
     def close(self) -> None:
         """Clean shutdown: flush everything, then leave the marker that lets open() skip
@@ -140,7 +141,7 @@ class PartitionLog:
             if ticket is not None:
                 ticket.run()
                 self.complete_flush(ticket)
-            write_clean_shutdown_marker(self.directory, self._dir_fd)
+            write_clean_shutdown_marker(self.directory, self._dir_file)
         except OSError as exc:
             raise LogStorageError(f"clean close of {self.directory} failed: {exc}") from exc
         finally:
@@ -157,7 +158,7 @@ class PartitionLog:
         self._recovery_point_file.close()
         for segment in self._segments:
             segment.close()
-        os.close(self._dir_fd)
+        self._dir_file.close()
 
     def _abandon(self) -> None:
         """Drop every descriptor without flushing or marking: a crash, for tests."""
@@ -265,11 +266,16 @@ class PartitionLog:
         active = self._segments[-1]
         if active.size == 0:
             return
-        try:
-            segment = Segment.create(self.directory, active.next_offset, self.config, now)
-        except OSError as exc:
-            raise LogStorageError(f"cannot create a segment in {self.directory}: {exc}") from exc
-        active.on_become_inactive()
+        # Pinned first: the roll's last time index entry must not fail for want of a
+        # descriptor once the new segment exists.
+        with active.time_index.file.pinned():
+            try:
+                segment = Segment.create(self.directory, active.next_offset, self.config, now)
+            except OSError as exc:
+                raise LogStorageError(
+                    f"cannot create a segment in {self.directory}: {exc}"
+                ) from exc
+            active.on_become_inactive()
         self._unsynced_rolled.append(active)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
@@ -431,25 +437,19 @@ class PartitionLog:
         dir_dirty = self._dir_generation > self._dir_synced_generation
         if not (active_dirty or rolled or dir_dirty or include_active_indexes):
             return None
-        fds: list[int] = []
-        try:
-            for segment in rolled:
-                fds.append(segment.dup_log_fd())
-                fds.extend(segment.dup_index_fds())
-            if active_dirty or include_active_indexes:
-                fds.append(active.dup_log_fd())
-            if include_active_indexes:
-                fds.extend(active.dup_index_fds())
-            needs_dir = dir_dirty or bool(rolled)
-            dir_fd = os.dup(self._dir_fd) if needs_dir else None
-        except OSError as exc:
-            for fd in fds:
-                os.close(fd)
-            raise LogStorageError(f"cannot prepare a flush of {self.directory}: {exc}") from exc
+        files: list[FileHandle] = []
+        for segment in rolled:
+            files.append(segment.log_file)
+            files.extend(segment.index_files())
+        if active_dirty or include_active_indexes:
+            files.append(active.log_file)
+        if include_active_indexes:
+            files.extend(active.index_files())
+        needs_dir = dir_dirty or bool(rolled)
         return FlushTicket(
             offset=end,
-            fds=fds,
-            dir_fd=dir_fd,
+            files=files,
+            directory=self._dir_file if needs_dir else None,
             dir_generation=self._dir_generation,
             finalized=rolled,
             recovery_point=recovery_point,
@@ -479,18 +479,10 @@ class PartitionLog:
 
 
 def _sync_segment(segment: Segment) -> None:
-    fds = [segment.dup_log_fd(), *segment.dup_index_fds()]
-    try:
-        for fd in fds:
-            os.fsync(fd)
-    finally:
-        for fd in fds:
-            os.close(fd)
+    for file in (segment.log_file, *segment.index_files()):
+        file.fsync()
 
 
 def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
+    with file_handles().transient(directory, os.O_RDONLY | os.O_DIRECTORY) as fd:
         os.fsync(fd)
-    finally:
-        os.close(fd)

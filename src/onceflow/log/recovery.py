@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onceflow.log.config import LogConfig
+from onceflow.log.file_handles import FileHandle, file_handles
 from onceflow.log.recovery_point import RecoveryPointFile
 from onceflow.log.segment import (
     LOG_SUFFIX,
@@ -95,16 +96,14 @@ def _sweep(directory: Path) -> tuple[list[int], bool]:
     return sorted(bases), changed
 
 
-def write_clean_shutdown_marker(directory: Path, dir_fd: int) -> None:
-    fd = os.open(directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
+def write_clean_shutdown_marker(directory: Path, directory_file: FileHandle) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    with file_handles().transient(directory / CLEAN_SHUTDOWN_FILE, flags) as fd:
         os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.fsync(dir_fd)
+    directory_file.fsync()
 
 
-def remove_clean_shutdown_marker(directory: Path, dir_fd: int) -> None:
+def remove_clean_shutdown_marker(directory: Path, directory_file: FileHandle) -> None:
     """Must be durable before the first append: a stale marker would skip the next recovery."""
     (directory / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
-    os.fsync(dir_fd)
+    directory_file.fsync()

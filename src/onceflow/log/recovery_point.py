@@ -13,6 +13,8 @@ import os
 import threading
 from pathlib import Path
 
+from onceflow.log.file_handles import FileHandle, file_handles
+
 logger = logging.getLogger(__name__)
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
@@ -48,27 +50,25 @@ class RecoveryPointFile:
     def written(self) -> int:
         return self._written
 
-    def advance(self, offset: int, dir_fd: int) -> None:
+    def advance(self, offset: int, directory: FileHandle) -> None:
         """Durably record `offset` if it is beyond what is recorded; no-op once closed."""
         with self._lock:
             if self._closed or offset <= self._written:
                 return
             tmp = self.path.with_name(self.path.name + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+            with file_handles().transient(tmp, flags) as fd:
                 os.write(fd, f"{_VERSION}\n{offset}\n".encode("ascii"))
                 os.fsync(fd)
-            finally:
-                os.close(fd)
             os.replace(tmp, self.path)
-            os.fsync(dir_fd)
+            directory.fsync()
             self._written = offset
 
-    def store(self, offset: int, dir_fd: int) -> None:
+    def store(self, offset: int, directory: FileHandle) -> None:
         """Durably record `offset` even if lower (at open, to match the segments found)."""
         with self._lock:
             self._written = -1
-        self.advance(offset, dir_fd)
+        self.advance(offset, directory)
 
     def close(self) -> None:
         """Stop writing (the log is closing or being deleted); waits for a write under way."""

@@ -12,11 +12,13 @@ import logging
 import os
 import re
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import CorruptSegmentError, LogStorageError
 from onceflow.log.file_batches import iter_file_batches
+from onceflow.log.file_handles import FileHandle, file_handles
 from onceflow.log.full_disk import check_space
 from onceflow.log.offset_index import OffsetIndex
 from onceflow.log.time_index import TimeIndex
@@ -54,14 +56,23 @@ def delete_segment_files(directory: Path, base_offset: int) -> None:
 
 
 class Segment:
-    """A segment's files and in-memory bookkeeping; owned by one thread (the log's)."""
+    """A segment's files and in-memory bookkeeping; owned by one thread (the log's).
+
+    Its files are handles in the broker's descriptor cache: a segment nobody reads or
+    writes holds no descriptor once the cache needs the room.
+    """
 
     def __init__(
-        self, directory: Path, base_offset: int, fd: int, config: LogConfig, created_ms: int
+        self,
+        directory: Path,
+        base_offset: int,
+        file: FileHandle,
+        config: LogConfig,
+        created_ms: int,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
-        self._fd = fd
+        self._file = file
         self.created_ms = created_ms
         self.size = 0  # bytes of complete batches; reads stop here
         self.next_offset = base_offset
@@ -85,10 +96,15 @@ class Segment:
     @classmethod
     def create(cls, directory: Path, base_offset: int, config: LogConfig, now: int) -> Segment:
         path = segment_file(directory, base_offset, LOG_SUFFIX)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        segment = cls(directory, base_offset, fd, config, now)
-        segment.offset_index.replace([])
-        segment.time_index.replace([])
+        file = file_handles().open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        segment = cls(directory, base_offset, file, config, now)
+        try:
+            segment.offset_index.replace([])
+            segment.time_index.replace([])
+        except BaseException:
+            # A failed roll leaves nothing behind: the log appends nothing and stays as it was.
+            segment.delete_files()
+            raise
         return segment
 
     @classmethod
@@ -96,9 +112,11 @@ class Segment:
         cls, directory: Path, base_offset: int, config: LogConfig, now: int
     ) -> Segment:
         """Open the files; the caller then calls load() or recover()."""
-        fd = os.open(segment_file(directory, base_offset, LOG_SUFFIX), os.O_RDWR)
-        segment = cls(directory, base_offset, fd, config, now)
-        segment.size = os.fstat(fd).st_size
+        path = segment_file(directory, base_offset, LOG_SUFFIX)
+        # Not opened here: loading thousands of segments must not hold thousands of files.
+        file = file_handles().handle(path, os.O_RDWR)
+        segment = cls(directory, base_offset, file, config, now)
+        segment.size = path.stat().st_size
         return segment
 
     @property
@@ -148,7 +166,7 @@ class Segment:
             # Find the end and finish the bookkeeping from the tail.
             self.bytes_since_last_index_entry = self.size - scan_from
             expected = self.base_offset if scan_from == 0 else None
-            for _, header, _ in iter_file_batches(self._fd, scan_from, self.size):
+            for _, header, _ in iter_file_batches(self._file.pread, scan_from, self.size):
                 if expected is not None and header.base_offset != expected:
                     return False
                 self._observe_max_timestamp(header)
@@ -166,7 +184,7 @@ class Segment:
 
         Returns the number of bytes truncated (a torn or corrupt tail).
         """
-        file_size = os.fstat(self._fd).st_size
+        file_size = self._file.size()
         self.size = 0
         self.next_offset = self.base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -178,7 +196,11 @@ class Segment:
         valid_end = 0
         try:
             for position, header, _ in iter_file_batches(
-                self._fd, 0, min(file_size, _INT32_MAX), verify_crc=True, chunk_bytes=1 << 20
+                self._file.pread,
+                0,
+                min(file_size, _INT32_MAX),
+                verify_crc=True,
+                chunk_bytes=1 << 20,
             ):
                 if header.base_offset != self.next_offset:
                     raise CorruptSegmentError(
@@ -203,7 +225,8 @@ class Segment:
                 truncated,
                 self.next_offset,
             )
-            os.ftruncate(self._fd, valid_end)
+            with self._file.pinned() as fd:
+                os.ftruncate(fd, valid_end)
         self.size = valid_end
         self.time_index.maybe_append(
             self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
@@ -243,28 +266,35 @@ class Segment:
         start = self.size
         view = memoryview(data)
         written = 0
-        try:
-            check_space()
-            while written < len(view):
-                written += os.pwrite(self._fd, view[written:], start + written)
-        except OSError as exc:
-            self._undo_partial_write(start)
-            raise LogStorageError(f"write to {self.log_path} failed: {exc}") from exc
-        if start == 0:
-            self.first_batch_timestamp = headers[0][1].max_timestamp
-        try:
-            for position, header in headers:
-                self._track_batch(start + position, header, config)
-        except OSError as exc:
-            # The batches are in the log; only the sparse index lags, and recovery rebuilds it.
-            raise LogStorageError(f"index write of {self.log_path} failed: {exc}") from exc
-        finally:
-            self.size = start + len(view)
-            self.next_offset = headers[-1][1].next_offset
+        with ExitStack() as pins:
+            # Every descriptor this append needs is pinned before the first byte is written:
+            # running out of descriptors then fails the append with nothing written.
+            fd = pins.enter_context(self._file.pinned())
+            if self.bytes_since_last_index_entry + len(view) > config.index_interval_bytes:
+                pins.enter_context(self.offset_index.file.pinned())
+                pins.enter_context(self.time_index.file.pinned())
+            try:
+                check_space()
+                while written < len(view):
+                    written += os.pwrite(fd, view[written:], start + written)
+            except OSError as exc:
+                self._undo_partial_write(fd, start)
+                raise LogStorageError(f"write to {self.log_path} failed: {exc}") from exc
+            if start == 0:
+                self.first_batch_timestamp = headers[0][1].max_timestamp
+            try:
+                for position, header in headers:
+                    self._track_batch(start + position, header, config)
+            except OSError as exc:
+                # The batches are in the log; only the sparse index lags; recovery rebuilds it.
+                raise LogStorageError(f"index write of {self.log_path} failed: {exc}") from exc
+            finally:
+                self.size = start + len(view)
+                self.next_offset = headers[-1][1].next_offset
 
-    def _undo_partial_write(self, start: int) -> None:
+    def _undo_partial_write(self, fd: int, start: int) -> None:
         try:
-            os.ftruncate(self._fd, start)
+            os.ftruncate(fd, start)
         except OSError as exc:
             # Reads stop at self.size anyway; recovery will cut the torn bytes on next open.
             logger.error("could not cut a partial write from %s: %s", self.log_path, exc)
@@ -301,7 +331,7 @@ class Segment:
     def _header_at(self, position: int) -> BatchHeader | None:
         if position + HEADER_SIZE > self.size:
             return None
-        raw = os.pread(self._fd, HEADER_SIZE, position)
+        raw = self._file.pread(HEADER_SIZE, position)
         if len(raw) < HEADER_SIZE:
             return None
         return parse_header(raw)
@@ -310,7 +340,7 @@ class Segment:
         """(position, header) of the batch containing `offset`, or None if past the end."""
         start = self.offset_index.lookup(offset)
         for position, header, _ in iter_file_batches(
-            self._fd, start, self.size, chunk_bytes=_LOOKUP_CHUNK_BYTES
+            self._file.pread, start, self.size, chunk_bytes=_LOOKUP_CHUNK_BYTES
         ):
             if header.last_offset >= offset:
                 return position, header
@@ -326,7 +356,7 @@ class Segment:
         want = min(end - position, max(max_bytes, min_size))
         if want < HEADER_SIZE:
             return b"", None, position >= end
-        buf = os.pread(self._fd, want, position)
+        buf = self._file.pread(want, position)
         off = 0
         next_offset: int | None = None
         while off + HEADER_SIZE <= len(buf):
@@ -343,7 +373,7 @@ class Segment:
         if self.max_timestamp < timestamp:
             return None
         start = self.offset_index.lookup(self.time_index.lookup(timestamp))
-        for _, header, _ in iter_file_batches(self._fd, start, self.size):
+        for _, header, _ in iter_file_batches(self._file.pread, start, self.size):
             if header.max_timestamp >= timestamp:
                 return header.base_offset, header.max_timestamp
         return None
@@ -353,7 +383,9 @@ class Segment:
     ) -> Iterator[tuple[BatchHeader, bytes | None]]:
         """Batches from the one containing `from_offset` to the end of the segment."""
         start = self.offset_index.lookup(from_offset)
-        for _, header, data in iter_file_batches(self._fd, start, self.size, with_bytes=with_bytes):
+        for _, header, data in iter_file_batches(
+            self._file.pread, start, self.size, with_bytes=with_bytes
+        ):
             if header.last_offset >= from_offset:
                 yield header, data
 
@@ -361,15 +393,17 @@ class Segment:
         """For time retention: the max record timestamp, else the file's modification time."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return os.fstat(self._fd).st_mtime_ns // 1_000_000
+        with self._file.pinned() as fd:
+            return os.fstat(fd).st_mtime_ns // 1_000_000
 
     # -- files --------------------------------------------------------------------------
 
-    def dup_log_fd(self) -> int:
-        return os.dup(self._fd)
+    @property
+    def log_file(self) -> FileHandle:
+        return self._file
 
-    def dup_index_fds(self) -> list[int]:
-        return [self.offset_index.dup_fd(), self.time_index.dup_fd()]
+    def index_files(self) -> list[FileHandle]:
+        return [self.offset_index.file, self.time_index.file]
 
     def close_index_files(self) -> None:
         """Once a rolled segment's indexes are on disk, keep only the log descriptor open."""
@@ -378,9 +412,7 @@ class Segment:
 
     def close(self) -> None:
         self.close_index_files()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()
 
     def delete_files(self) -> None:
         """Close and unlink every file of this segment."""

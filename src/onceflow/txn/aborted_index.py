@@ -22,6 +22,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from onceflow.log.errors import DescriptorsExhaustedError
+from onceflow.log.file_handles import FileHandle, file_handles
 from onceflow.log.full_disk import check_space
 from onceflow.txn.errors import CorruptTxnIndexError, TxnIndexStorageError
 from onceflow.txn.producer_state import CompletedTxn
@@ -50,20 +52,22 @@ def txn_index_file(directory: Path, base_offset: int) -> Path:
 
 
 class _IndexFile:
-    """One segment's `.txnindex`: its entries and, once written to, an open fd."""
+    """One segment's `.txnindex`: its entries (the first `written` of them in the file) and,
+    once written to, a handle in the broker's descriptor cache."""
 
-    __slots__ = ("base_offset", "entries", "fd", "path")
+    __slots__ = ("base_offset", "entries", "file", "path", "written")
 
     def __init__(self, path: Path, base_offset: int, entries: list[AbortedTxn]) -> None:
         self.path = path
         self.base_offset = base_offset
         self.entries = entries
-        self.fd: int | None = None
+        self.written = len(entries)
+        self.file: FileHandle | None = None
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 class AbortedTxnIndex:
@@ -176,21 +180,16 @@ class AbortedTxnIndex:
             if file is None:
                 path = txn_index_file(self.directory, base)
                 file = self._files[base] = _IndexFile(path, base, [])
-            fd = self._writable_fd(file)
-            data = ENTRY.pack(
-                CURRENT_VERSION,
-                txn.producer_id,
-                txn.first_offset,
-                txn.last_offset,
-                txn.last_stable_offset,
-            )
-            try:
-                check_space()
-                os.pwrite(fd, data, len(file.entries) * ENTRY_SIZE)
-            except OSError as exc:
-                raise TxnIndexStorageError(f"cannot write {file.path}: {exc}") from exc
+            handle = self._writable(file)
+            file.entries.append(txn)
             self._dirty.add(base)
-        file.entries.append(txn)
+            try:
+                self._write_pending(file, handle)
+            except DescriptorsExhaustedError as exc:
+                # The marker is in the log already: keep the entry, write it at the next
+                # flush, which is due before the marker is acknowledged (and before any
+                # producer snapshot), so nothing unwritten is ever taken as durable.
+                logger.warning("%s: entry kept in memory until the next flush: %s", file.path, exc)
         self._entries.append(txn)
         self._last_offsets.append(txn.last_offset)
         return txn
@@ -214,12 +213,28 @@ class AbortedTxnIndex:
                 bases.add(int(match.group(1)))
         return bases
 
-    def _writable_fd(self, file: _IndexFile) -> int:
-        """The file's fd, (re)opened if needed; called with the lock held."""
-        if file.fd is not None:
-            gone = os.fstat(file.fd).st_nlink == 0
-        else:
-            gone = bool(file.entries) and not file.path.exists()
+    def _write_pending(self, file: _IndexFile, handle: FileHandle) -> None:
+        """Write the entries not yet in the file; called with the lock held."""
+        pending = file.entries[file.written :]
+        if not pending:
+            return
+        data = b"".join(
+            ENTRY.pack(
+                CURRENT_VERSION, t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset
+            )
+            for t in pending
+        )
+        with handle.pinned() as fd:
+            try:
+                check_space()
+                os.pwrite(fd, data, file.written * ENTRY_SIZE)
+            except OSError as exc:
+                raise TxnIndexStorageError(f"cannot write {file.path}: {exc}") from exc
+        file.written = len(file.entries)
+
+    def _writable(self, file: _IndexFile) -> FileHandle:
+        """The file's handle, created if needed; called with the lock held."""
+        gone = file.written > 0 and not file.path.exists()
         if gone:
             # the log deleted the segment's files behind our back: those entries went with it
             logger.warning(
@@ -229,47 +244,43 @@ class AbortedTxnIndex:
             )
             file.close()
             file.entries.clear()
+            file.written = 0
             self._rebuild_view()
-        if file.fd is None:
+        if file.file is None:
             created = not file.path.exists()
-            try:
-                file.fd = os.open(file.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise TxnIndexStorageError(f"cannot open {file.path}: {exc}") from exc
+            file.file = file_handles().handle(file.path, os.O_RDWR | os.O_CREAT)
             self._dir_dirty = self._dir_dirty or created
-        return file.fd
+        return file.file
 
     def flush(self) -> None:
-        """fsync what was written since the last flush; safe to run on a worker thread."""
+        """Write what add() could not, then fsync what was written since the last flush; safe
+        to run on a worker thread. DescriptorsExhaustedError leaves everything dirty."""
         with self._lock:
-            bases = sorted(self._dirty)
-            fds = [
-                os.dup(self._files[b].fd)
-                for b in bases
-                if b in self._files and self._files[b].fd is not None
-            ]
+            bases = sorted(b for b in self._dirty if b in self._files)
+            handles: list[FileHandle] = []
+            for base in bases:
+                file = self._files[base]
+                handle = self._writable(file)
+                self._write_pending(file, handle)
+                handles.append(handle)
             sync_dir = self._dir_dirty
             self._dirty.clear()
             self._dir_dirty = False
         try:
-            for fd in fds:
-                os.fsync(fd)
+            for handle in handles:
+                handle.fsync()
             if sync_dir:
-                dir_fd = os.open(self.directory, os.O_RDONLY)
-                try:
+                with file_handles().transient(self.directory, os.O_RDONLY) as dir_fd:
                     os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
-        except OSError as exc:
+        except (OSError, DescriptorsExhaustedError) as exc:
             with self._lock:
                 self._dirty.update(b for b in bases if b in self._files)
                 self._dir_dirty = self._dir_dirty or sync_dir
+            if isinstance(exc, DescriptorsExhaustedError):
+                raise
             raise TxnIndexStorageError(
                 f"cannot fsync the aborted-transaction index: {exc}"
             ) from exc
-        finally:
-            for fd in fds:
-                os.close(fd)
 
     def truncate_after(self, offset: int) -> None:
         """Drop the entries whose marker is at or after `offset` (the new log end offset), as
@@ -302,15 +313,14 @@ class AbortedTxnIndex:
 
     def _rewrite_length(self, file: _IndexFile, keep: list[AbortedTxn]) -> None:
         with self._lock:
+            file.written = min(file.written, len(keep))
             try:
-                if file.fd is not None:
-                    os.ftruncate(file.fd, len(keep) * ENTRY_SIZE)
-                elif file.path.exists():
-                    os.truncate(file.path, len(keep) * ENTRY_SIZE)
+                if file.path.exists():
+                    os.truncate(file.path, file.written * ENTRY_SIZE)
             except OSError as exc:
                 raise TxnIndexStorageError(f"cannot truncate {file.path}: {exc}") from exc
             self._dirty.add(file.base_offset)
-        file.entries[:] = keep
+            file.entries[:] = keep
 
     def _remove_file(self, base: int) -> None:
         with self._lock:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.dispatch import api
-from onceflow.log.errors import OffsetOutOfRangeError
+from onceflow.log.errors import DescriptorsExhaustedError, OffsetOutOfRangeError
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
 
@@ -85,6 +85,8 @@ def _read(broker: Broker, request: Request, wanted: list[list[_Wanted]]) -> tupl
                         records = result.data
                     except OffsetOutOfRangeError:
                         error = ErrorCode.offset_out_of_range
+                    except DescriptorsExhaustedError:
+                        error = ErrorCode.kafka_storage_error  # retriable: out of descriptors
                 elif not start <= w.fetch_offset <= p.log.log_end_offset:
                     error = ErrorCode.offset_out_of_range
             if error != ErrorCode.none:

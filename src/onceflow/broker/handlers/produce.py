@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.dispatch import api
 from onceflow.broker.durability import PartitionsNotDurableError
 from onceflow.broker.faults import crash_point
+from onceflow.log.errors import DescriptorsExhaustedError
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
 from onceflow.records.errors import (
@@ -134,7 +135,11 @@ def append_to_partition(
             raise ProduceError(code, str(e)) from None
         if duplicate is not None:
             return Appended(duplicate.first_offset, -1, partition.log.log_start_offset)
-    info = partition.log.append(records, headers)
+    try:
+        info = partition.log.append(records, headers)
+    except DescriptorsExhaustedError as e:
+        # Nothing was written; Kafka's clients retry KAFKA_STORAGE_ERROR.
+        raise ProduceError(ErrorCode.kafka_storage_error, str(e)) from None
     partition.after_append([h for _, h in info.headers])
     return Appended(info.first_offset, info.log_append_time, info.log_start_offset)
 

@@ -19,6 +19,7 @@ from onceflow.broker.dispatch import api
 from onceflow.broker.durability import NotDurableError
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.broker.transactions import OFFSETS_TOPIC
+from onceflow.log.errors import DescriptorsExhaustedError
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
 from onceflow.records.control import build_marker
@@ -78,6 +79,9 @@ def _append(
         halt_on_storage_error(e)
         log.error("marker append to %s-%d failed: %s", topic, index, e)
         return ErrorCode.kafka_storage_error
+    except DescriptorsExhaustedError as e:
+        log.warning("marker append to %s-%d postponed: %s", topic, index, e)
+        return ErrorCode.kafka_storage_error  # nothing written; the sender retries
     log.info(
         "%s marker written to %s-%d for producer %d (epoch %d) by request",
         "COMMIT" if commit else "ABORT",
