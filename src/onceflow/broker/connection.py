@@ -255,7 +255,9 @@ class Connection(asyncio.Protocol):
     def abort(self) -> None:
         """Close at once, dropping unread input and unwritten answers."""
         self._finish()
-        if self.transport is not None and not self._lost:
+        if self.transport is None:
+            self._done.set()  # never attached to a socket: nothing to wait for
+        elif not self._lost:
             self.transport.abort()
 
     async def closed(self) -> None:

@@ -186,6 +186,11 @@ class Broker:
             sock.close()
             self.connection_closed(connection)
             limited_log.warning("accept-setup", "cannot set up a connection: %s", e)
+        except asyncio.CancelledError:
+            if connection.transport is None:  # stopped before the connection was set up
+                sock.close()
+                self.connection_closed(connection)
+            raise
 
     def connection_closed(self, connection: Connection) -> None:
         if connection in self._connections:
