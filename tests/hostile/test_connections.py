@@ -192,7 +192,7 @@ def test_unread_pipelined_fetches_do_not_grow_memory(
     wait_quiet(broker)
     # Everything is released on disconnect, without waiting for a garbage collection.
     left = broker.rss_bytes() - baseline
-    assert left < 64 * MiB, f"{left / MiB:.0f} MiB still held after the clients left"
+    assert left < 24 * MiB, f"{left / MiB:.0f} MiB still held after the clients left"
     assert_served(broker)
 
 

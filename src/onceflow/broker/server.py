@@ -19,6 +19,7 @@ from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
 from onceflow.broker.durability import GroupCommitter
 from onceflow.broker.log_limit import RateLimitedLog
+from onceflow.broker.malloc import use_mmap_for_large_buffers
 from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.partition import Partition
 from onceflow.broker.storage_failure import halt_on_storage_error
@@ -342,6 +343,7 @@ def _retrieve(future: asyncio.Future[None]) -> None:
 
 async def serve_forever(config: BrokerConfig) -> None:
     """Run until SIGTERM/SIGINT; log one line when ready."""
+    use_mmap_for_large_buffers()
     broker = Broker(config)
     await broker.start()
     stop = asyncio.Event()
