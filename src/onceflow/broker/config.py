@@ -55,8 +55,9 @@ class BrokerConfig:
     # request still fits, with room for many ~1 MB produce requests) bounds half-received frames.
     queued_max_request_bytes: int = _kafka("queued.max.request.bytes", 200 * 1024 * 1024)
     # Kafka's default is 50, for an acceptor thread that does nothing else; ours shares the
-    # event loop with requests, so a burst waits in the backlog (Linux caps it at somaxconn).
-    socket_listen_backlog_size: int = _kafka("socket.listen.backlog.size", 1024)
+    # event loop with requests, so a burst waits in the backlog (Linux caps it at somaxconn,
+    # 4096 by default since 5.4).
+    socket_listen_backlog_size: int = _kafka("socket.listen.backlog.size", 4096)
 
     @property
     def advertised(self) -> str:
