@@ -45,6 +45,19 @@ class BrokerConfig:
         "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000
     )
     producer_id_expiration_ms: int = _kafka("producer.id.expiration.ms", 86_400_000)
+    # Connections and the memory a client can hold (see broker/connection.py).
+    fetch_max_bytes: int = _kafka("fetch.max.bytes", 57_671_680)
+    connections_max_idle_ms: int = _kafka("connections.max.idle.ms", 600_000)
+    max_connections: int = _kafka("max.connections", 2_147_483_647)
+    max_connections_per_ip: int = _kafka("max.connections.per.ip", 2_147_483_647)
+    max_connections_per_ip_overrides: str = _kafka("max.connections.per.ip.overrides", "")
+    # Kafka's default is -1 (unbounded); a finite pool (twice socket.request.max.bytes: any legal
+    # request still fits, with room for many ~1 MB produce requests) bounds half-received frames.
+    queued_max_request_bytes: int = _kafka("queued.max.request.bytes", 200 * 1024 * 1024)
+    # Kafka's default is 50, for an acceptor thread that does nothing else; ours shares the
+    # event loop with requests, so a burst waits in the backlog (Linux caps it at somaxconn,
+    # 4096 by default since 5.4).
+    socket_listen_backlog_size: int = _kafka("socket.listen.backlog.size", 4096)
 
     @property
     def advertised(self) -> str:

@@ -1,98 +1,318 @@
-"""One client connection: read frames, run handlers in arrival order, answer in order."""
+"""One client connection: read frames, run handlers in arrival order, answer in order.
+
+Every byte a client can make the broker hold for it is bounded:
+- a frame being received: its declared size is reserved in the broker-wide pool
+  (`queued.max.request.bytes`) before its body is read; without memory, the connection stops
+  reading until some is released;
+- answers: at most MAX_IN_FLIGHT requests and about MAX_QUEUED_BYTES of answers (a Fetch counts
+  its bound until answered) wait on a connection; beyond that the connection stops reading, as
+  Kafka mutes a channel, until the client reads its answers. Answers are written in chunks, only
+  while the socket takes them, so the transport buffers at most WRITE_BUFFER_HIGH + one chunk;
+- time: a connection with no traffic for `connections.max.idle.ms` is closed.
+On disconnect everything is dropped at once (no reference cycle waits for the collector).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from onceflow.broker.handlers.fetch import response_bytes_bound
+from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.protocol.errors import ProtocolError
-from onceflow.protocol.framing import SIZE, check_frame_size
+from onceflow.protocol.framing import FrameReader
 from onceflow.protocol.messages import Request, encode_response, parse_request
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
 
 log = logging.getLogger(__name__)
+limited_log = RateLimitedLog(log)
 
 MAX_IN_FLIGHT = 64  # pipelined requests per connection before we stop reading
+MAX_QUEUED_BYTES = 16 << 20  # answers (computed or bounded) per connection before we stop reading
+WRITE_CHUNK = 1 << 20  # an answer is handed to the socket this much at a time
+WRITE_BUFFER_HIGH = 1 << 20  # transport bytes beyond which we wait for the client to read
+FETCH = 1
 
 
-class Connection:
-    def __init__(
-        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+@dataclass(slots=True, eq=False)
+class _Answer:
+    request: Request
+    future: asyncio.Future[Any] | None  # None: `data` was computed at once
+    data: bytes | None
+    cost: int  # bytes counted against MAX_QUEUED_BYTES until written
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, broker: Broker, host: str) -> None:
         self.broker = broker
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
-        self.host = peer[0] if isinstance(peer, tuple) else str(peer)
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self._pending: deque[tuple[Request, Any]] = deque()
+        self.host = host
+        self.peer = host
+        self.transport: asyncio.Transport | None = None
+        self._frames = FrameReader(broker.config.socket_request_max_bytes)
+        self._answers: deque[_Answer] = deque()
+        self._queued = 0  # sum of the costs in _answers
+        self._granted: int | None = None  # pool bytes reserved for the frame being received
+        self._waiting_memory = False
+        self._closing = False  # no more requests are read; answers due are still written
+        self._lost = False
         self._ready = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
-        self._closing = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._done = asyncio.Event()
+        self._responder: asyncio.Task[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._last_activity = 0.0
 
-    async def serve(self) -> None:
-        responder = asyncio.create_task(self._respond())
-        try:
-            await self._read_loop()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away, possibly mid-request: nothing was applied
-        except ProtocolError as e:
-            log.warning("closing connection from %s: %s", self.peer, e)
-        finally:
-            self._closing = True
-            self._ready.set()
-            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-                await responder
-            self.writer.close()
+    # -- asyncio.Protocol --------------------------------------------------------------------
 
-    async def _read_loop(self) -> None:
-        max_bytes = self.broker.config.socket_request_max_bytes
-        supported = self.broker.supported
-        while True:
-            header = await self.reader.readexactly(4)
-            size = SIZE.unpack(header)[0]
-            check_frame_size(size, max_bytes)
-            frame = await self.reader.readexactly(size)
-            request = parse_request(frame, supported)
-            request.client_host = self.host
-            result = self.broker.dispatch(self, request)
-            if inspect.isawaitable(result):
-                result = asyncio.ensure_future(result)
-            self._pending.append((request, result))
-            self._ready.set()
-            if len(self._pending) >= MAX_IN_FLIGHT:
-                self._room.clear()
-                await self._room.wait()
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
+        loop = asyncio.get_running_loop()
+        self._responder = loop.create_task(self._respond())
+        self._touch()
+        self._schedule_idle_check(self.broker.config.connections_max_idle_ms / 1000)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return  # after a refused request nothing more is read or answered
+        self._touch()
+        self._frames.feed(data)
+        self._read_requests()
+
+    def eof_received(self) -> bool:
+        # The client will send no more: answer what it already asked, then close.
+        self._finish()
+        return True
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._touch()
+        self._writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._finish()
+        self._release()
+        self.broker.connection_closed(self)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _read_requests(self) -> None:
+        """Dispatch every whole frame received, as far as the limits allow; then pause reading
+        if a limit is met, resume it otherwise."""
+        pool = self.broker.request_memory
+        while not self._closing and not self._muted():
+            try:
+                size = self._frames.pending_size()
+            except ProtocolError as e:
+                self._refuse(e)
+                return
+            if size is None:
+                break
+            if self._granted is None:
+                if not pool.allocate_or_wait(size, self._memory_granted):
+                    self._waiting_memory = True
+                    break
+                self._granted = size
+            frame = self._frames.next_frame()
+            if frame is None:
+                break
+            try:
+                request = parse_request(frame, self.broker.supported)
+                del frame  # the parsed request keeps what it needs
+                request.client_host = self.host
+                result = self.broker.dispatch(self, request)
+            except ProtocolError as e:
+                self._refuse(e)
+                return
+            finally:
+                pool.release(self._granted)
+                self._granted = None
+            self._enqueue(request, result)
+        self._update_reading()
+
+    def _memory_granted(self) -> None:
+        # Called by the pool when it has reserved this connection's frame.
+        self._waiting_memory = False
+        self._granted = self._frames.pending_size()
+        # Not from inside the pool's release (another connection's dispatch): on the next turn.
+        asyncio.get_running_loop().call_soon(self._read_requests)
+
+    def _muted(self) -> bool:
+        if self._waiting_memory:
+            return True
+        if not self._answers:
+            return False  # always take one request, however big its answer may be
+        return len(self._answers) >= MAX_IN_FLIGHT or self._queued >= MAX_QUEUED_BYTES
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self._lost:
+            return
+        if self._closing or self._muted():
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def _enqueue(self, request: Request, result: Any) -> None:
+        if result is None:
+            return  # no response is due (Produce with acks=0)
+        if inspect.isawaitable(result):
+            future = asyncio.ensure_future(result)
+            cost = response_bytes_bound(self.broker, request) if request.api_key == FETCH else 0
+            answer = _Answer(request, future, None, cost)
+        else:
+            try:
+                data = encode_response(request, result)
+            except Exception as e:
+                self._failed(request, e)
+                return
+            answer = _Answer(request, None, data, len(data))
+        self._answers.append(answer)
+        self._queued += answer.cost
+        self._ready.set()
+
+    def _refuse(self, error: ProtocolError) -> None:
+        limited_log.warning(
+            f"refused:{type(error).__name__}", "closing connection from %s: %s", self.peer, error
+        )
+        self._frames.clear()
+        self._finish()
+
+    def _failed(self, request: Request, error: Exception) -> None:
+        halt_on_storage_error(error)
+        # A bug answering one request: close this connection, keep the broker serving.
+        log.error("request %s v%s failed", request.api_key, request.api_version, exc_info=error)
+        self.abort()
+
+    # -- answers -----------------------------------------------------------------------------
 
     async def _respond(self) -> None:
-        while True:
-            while not self._pending:
-                if self._closing:
+        try:
+            while True:
+                while not self._answers:
+                    if self._closing:
+                        return
+                    self._ready.clear()
+                    await self._ready.wait()
+                answer = self._answers[0]
+                try:
+                    if answer.future is not None:
+                        # shield: closing this connection must not cancel work shared with
+                        # other requests (a group-commit round)
+                        body = await asyncio.shield(answer.future)
+                        if body is not None:
+                            answer.data = encode_response(answer.request, body)
+                except Exception as e:
+                    self._failed(answer.request, e)
                     return
-                self._ready.clear()
-                await self._ready.wait()
-            request, result = self._pending.popleft()
-            if len(self._pending) < MAX_IN_FLIGHT:
-                self._room.set()
-            try:
-                if isinstance(result, asyncio.Future):
-                    result = await result
-                if result is None:
-                    continue
-                self.writer.write(encode_response(request, result))
-            except Exception as e:
-                halt_on_storage_error(e)
-                # A bug answering one request: close this connection, keep the broker serving.
-                log.exception("request %s v%s failed", request.api_key, request.api_version)
-                self.writer.close()
-                return
-            if not self._pending:
-                await self.writer.drain()
+                if answer.data:
+                    await self._write(answer.data)
+                if self._lost:
+                    return
+                self._answers.popleft()
+                self._queued -= answer.cost
+                if not self._closing:
+                    self._read_requests()  # room for more requests may have been made
+        except asyncio.CancelledError:
+            pass  # the connection is gone
+        finally:
+            if self.transport is not None and not self._lost:
+                self.transport.close()
+            self._done.set()
+
+    async def _write(self, data: bytes) -> None:
+        assert self.transport is not None
+        with memoryview(data) as view:
+            for start in range(0, len(view), WRITE_CHUNK):
+                if self._lost:
+                    return
+                await self._writable.wait()
+                self.transport.write(view[start : start + WRITE_CHUNK])
+                self._touch()
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def _finish(self) -> None:
+        """Read no more requests; the responder closes once the answers due are written."""
+        self._closing = True
+        self._ready.set()
+        if self.transport is not None and not self._lost:
+            self.transport.pause_reading()
+
+    def abort(self) -> None:
+        """Close at once, dropping unread input and unwritten answers."""
+        self._finish()
+        if self.transport is None:
+            self._done.set()  # never attached to a socket: nothing to wait for
+        elif not self._lost:
+            self.transport.abort()
+
+    async def closed(self) -> None:
+        """Wait until the connection is gone and its responder has ended."""
+        await self._done.wait()
+
+    def _release(self) -> None:
+        """Drop everything held for this connection, at once."""
+        if self._waiting_memory:
+            self.broker.request_memory.cancel(self._memory_granted)
+            self._waiting_memory = False
+        if self._granted is not None:
+            self.broker.request_memory.release(self._granted)
+            self._granted = None
+        self._frames.clear()
+        for answer in self._answers:
+            if answer.future is not None:
+                # The work goes on (a produce is applied as Kafka does); its answer is dropped.
+                answer.future.add_done_callback(_discard)
+        self._answers.clear()
+        self._queued = 0
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if self._responder is not None and not self._responder.done():
+            self._responder.cancel()
+        self._writable.set()
+
+    # -- idleness ----------------------------------------------------------------------------
+
+    def _touch(self) -> None:
+        self._last_activity = asyncio.get_running_loop().time()
+
+    def _schedule_idle_check(self, delay: float) -> None:
+        if self.broker.config.connections_max_idle_ms > 0:
+            loop = asyncio.get_running_loop()
+            self._idle_timer = loop.call_later(max(delay, 0.001), self._check_idle)
+
+    def _check_idle(self) -> None:
+        """connections.max.idle.ms: nothing read or written for that long closes the connection
+        (a half-sent request, or answers the client does not read, included)."""
+        self._idle_timer = None
+        if self._lost:
+            return
+        idle = self.broker.config.connections_max_idle_ms / 1000
+        elapsed = asyncio.get_running_loop().time() - self._last_activity
+        if elapsed >= idle:
+            limited_log.info(
+                "idle", "closing connection from %s idle for %.1fs", self.peer, elapsed
+            )
+            self.abort()
+        else:
+            self._schedule_idle_check(idle - elapsed)
+
+
+def _discard(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("request of a closed connection failed: %r", future.exception())

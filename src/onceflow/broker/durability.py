@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.faults import delay_point, raise_point
-from onceflow.broker.rate_limited import RateLimitedLog
+from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.storage_failure import halt
 from onceflow.log.errors import DescriptorsExhaustedError, LogClosedError
 from onceflow.log.partition_log import PartitionLog
@@ -149,7 +149,9 @@ class GroupCommitter:
             except Exception as e:
                 # Deleted since its append (LogClosedError), or no descriptor to dup (EMFILE):
                 # nothing was synced, the data stays dirty for the next round.
-                _prepare_failures.warning("cannot prepare a flush of %s: %r", one.directory.name, e)
+                _prepare_failures.warning(
+                    one.directory.name, "cannot prepare a flush of %s: %r", one.directory.name, e
+                )
                 failed[one] = e
                 continue
             if ticket is not None:
@@ -163,7 +165,9 @@ class GroupCommitter:
             if isinstance(result, DescriptorsExhaustedError):
                 # A file could not be reopened to sync it: no fsync failed, nothing is lost;
                 # the data stays dirty for the next round.
-                _prepare_failures.warning("cannot flush %s: %r", one.directory.name, result)
+                _prepare_failures.warning(
+                    one.directory.name, "cannot flush %s: %r", one.directory.name, result
+                )
                 failed[one] = result
             elif isinstance(result, BaseException):
                 raise result  # a failed fsync (OSError: the caller halts) or a bug

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -13,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker import handlers  # noqa: F401  (registers the API handlers)
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
+from onceflow.broker.connection_quotas import ConnectionQuotas
 from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.data_dir import open_data_dir
 from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
@@ -23,8 +26,10 @@ from onceflow.broker.durability import (
     until_durable,
 )
 from onceflow.broker.faults import raise_point
+from onceflow.broker.log_limit import RateLimitedLog
+from onceflow.broker.malloc import use_mmap_for_large_buffers
+from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.partition import Partition
-from onceflow.broker.rate_limited import RateLimitedLog
 from onceflow.broker.storage_failure import halt, halt_on_storage_error
 from onceflow.broker.topics import TopicRegistry
 from onceflow.broker.transactions import Transactions
@@ -40,6 +45,13 @@ from onceflow.records.control import ControlType, parse_control_record
 
 log = logging.getLogger("onceflow.broker")
 _loop_errors = RateLimitedLog(log)
+_connection_log = RateLimitedLog(log)
+
+# accept() failing for lack of descriptors or memory: the connection waits in the backlog while
+# we back off, as asyncio's own accept loop does, instead of spinning on a readable listener.
+_ACCEPT_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+ACCEPT_RETRY_DELAY = 1.0
+ACCEPT_BATCH = 256  # connections accepted per turn of the event loop, at most
 
 
 class HandlerCrashError(ProtocolError):
@@ -68,12 +80,19 @@ class Broker:
                 }
             ),
         )
-        self._server: asyncio.AbstractServer | None = None
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._connections: set[asyncio.Task[Any]] = set()
+        self._connections: set[Connection] = set()
         self._stopping = False
         # Exceptions each background loop recovered from, by loop name (for tests and logs).
         self.background_errors: dict[str, int] = {}
+        self.quotas = ConnectionQuotas(
+            config.max_connections,
+            config.max_connections_per_ip,
+            config.max_connections_per_ip_overrides,
+        )
+        self.request_memory = MemoryPool(config.queued_max_request_bytes)
         self.port = config.port
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -82,10 +101,11 @@ class Broker:
         self.topics.load()
         self._load_offsets()
         self.transactions.load()
-        self._server = await asyncio.start_server(
-            self._accept, self.config.host, self.config.port, limit=1 << 20, reuse_address=True
+        self._listener = await _listen(
+            self.config.host, self.config.port, self.config.socket_listen_backlog_size
         )
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = self._listener.getsockname()[1]
+        self._acceptor = asyncio.get_running_loop().create_task(self._accept(self._listener))
         self._spawn(
             "retention",
             self._every("retention", self._retention_delay, self._retention_tick),
@@ -106,24 +126,88 @@ class Broker:
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks) + list(self._connections):
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            await asyncio.gather(self._acceptor, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.close()
+        # Clients are dropped before the logs close, so that no request runs against them.
+        connections = list(self._connections)
+        for connection in connections:
+            connection.abort()
+        await asyncio.gather(*(c.closed() for c in connections))
+        for task in list(self._tasks):
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._connections, return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.transactions.stop()
         self.topics.close()
         self.offsets_log.close()
         self.committer.close()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
+    async def _accept(self, listener: socket.socket) -> None:
+        """The acceptor: waits for a slot under max.connections (KIP-402), closes at once a
+        connection over max.connections.per.ip, backs off when out of descriptors."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.quotas.wait_for_slot()
+            try:
+                accepted = [await loop.sock_accept(listener)]
+                # Drain the backlog in one turn of the loop, not one turn per connection: a
+                # burst must not overflow the backlog while requests are being served.
+                while len(accepted) < ACCEPT_BATCH and self.quotas.slot_available(len(accepted)):
+                    try:
+                        sock, address = listener.accept()
+                    except BlockingIOError:
+                        break
+                    sock.setblocking(False)
+                    accepted.append((sock, address))
+            except OSError as e:
+                if e.errno in _ACCEPT_RESOURCE_ERRNOS:
+                    _connection_log.warning(
+                        "accept",
+                        "cannot accept connections: %s; retrying every %.0fs",
+                        e,
+                        ACCEPT_RETRY_DELAY,
+                    )
+                    await asyncio.sleep(ACCEPT_RETRY_DELAY)
+                    continue
+                if e.errno == errno.ECONNABORTED:
+                    continue  # the client gave up before we accepted
+                raise
+            await asyncio.gather(*(self._attach(loop, sock, addr) for sock, addr in accepted))
+
+    async def _attach(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, address: Any
+    ) -> None:
+        host = address[0] if isinstance(address, tuple) else str(address)
+        if not self.quotas.admit(host):
+            sock.close()
+            _connection_log.info(
+                f"per-ip:{host}",
+                "rejected connection from %s: it has the maximum of %d connections "
+                "(max.connections.per.ip)",
+                host,
+                self.quotas.limit_for(host),
+            )
+            return
+        connection = Connection(self, host)
+        self._connections.add(connection)
         try:
-            await Connection(self, reader, writer).serve()
-        finally:
-            self._connections.discard(task)
+            await loop.connect_accepted_socket(lambda: connection, sock)
+        except OSError as e:
+            sock.close()
+            self.connection_closed(connection)
+            _connection_log.warning("accept-setup", "cannot set up a connection: %s", e)
+        except asyncio.CancelledError:
+            if connection.transport is None:  # stopped before the connection was set up
+                sock.close()
+                self.connection_closed(connection)
+            raise
+
+    def connection_closed(self, connection: Connection) -> None:
+        if connection in self._connections:
+            self._connections.discard(connection)
+            self.quotas.release(connection.host)
 
     # -- supervised background tasks ---------------------------------------------------------
 
@@ -160,6 +244,7 @@ class Broker:
                 halt_on_storage_error(e)
                 self.background_errors[name] = self.background_errors.get(name, 0) + 1
                 _loop_errors.error(
+                    name,
                     f"background task {name} failed (it goes on at its next tick): %r",
                     e,
                     exc_info=True,
@@ -318,6 +403,26 @@ class Broker:
             raise HandlerCrashError(f"handler failed: {e!r}") from e
 
 
+async def _listen(host: str, port: int, backlog: int) -> socket.socket:
+    """The listening socket, with socket.listen.backlog.size: asyncio's default of 100 drops
+    the SYNs of a burst beyond it (clients retry after 1 s, 3 s...)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def _retrieve(future: asyncio.Future[None]) -> None:
     # acks=0/1 writers do not await durability: an error is logged here, not lost.
     if future.cancelled():
@@ -334,10 +439,12 @@ async def serve_forever(config: BrokerConfig) -> None:
     # As the JVM does for Kafka: soft RLIMIT_NOFILE up to the hard limit, then the log
     # layer's share of it (file_handles.py); connections and the rest get the remainder.
     configure_file_handles(capacity_for_limit(raise_open_files_limit()))
+    use_mmap_for_large_buffers()
     broker = Broker(config)
     await broker.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_rate_limited_exception_handler)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     fsync = "on" if config.fsync else "OFF (acknowledged writes can be lost on power failure)"
@@ -349,3 +456,18 @@ async def serve_forever(config: BrokerConfig) -> None:
     await stop.wait()
     log.info("shutting down")
     await broker.stop()
+
+
+_asyncio_errors = RateLimitedLog(logging.getLogger("asyncio"))
+
+
+def _rate_limited_exception_handler(
+    loop: asyncio.AbstractEventLoop, context: dict[str, Any]
+) -> None:
+    """asyncio's handler, once per interval per message: a storm of one failure (a socket
+    error on every connection) must not fill the disk."""
+    suppressed = _asyncio_errors.admit(str(context.get("message", "")))
+    if suppressed is not None:
+        if suppressed:
+            context = {**context, "suppressed": suppressed}
+        loop.default_exception_handler(context)

@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.durability import until_durable
 from onceflow.broker.faults import crash_point, delay_point, raise_point
-from onceflow.broker.rate_limited import RateLimitedLog
+from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.records.control import build_marker
 from onceflow.txn.coordinator import CoordinatorResult, MarkerJob, TransactionCoordinator
@@ -181,6 +181,7 @@ class Transactions:
             log.error("writing transaction markers failed: %r", error)
             return
         _marker_errors.error(
+            f"markers:{job.transactional_id}",
             "writing transaction markers of %r failed, retrying: %r",
             job.transactional_id,
             error,

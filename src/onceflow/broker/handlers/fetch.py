@@ -63,7 +63,7 @@ def _read(broker: Broker, request: Request, wanted: list[list[_Wanted]]) -> tupl
     part_cls = sibling(cls, "PartitionData")
     aborted_cls = sibling(cls, "AbortedTransaction")
     read_committed = req.isolation_level == READ_COMMITTED
-    budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    budget = response_bytes_bound(broker, request)
     total = 0
     any_error = False
     topics_out = []
@@ -83,6 +83,9 @@ def _read(broker: Broker, request: Request, wanted: list[list[_Wanted]]) -> tupl
                     try:
                         result = p.log.read(w.fetch_offset, max(limit, 1), max_offset=bound)
                         records = result.data
+                        if total > 0 and len(records) > limit:
+                            # Only the response's first batch may exceed the limits (KIP-74).
+                            records = b""
                     except OffsetOutOfRangeError:
                         error = ErrorCode.offset_out_of_range
                     except DescriptorsExhaustedError:
@@ -128,6 +131,14 @@ def _read(broker: Broker, request: Request, wanted: list[list[_Wanted]]) -> tupl
         node_endpoints=(),
     )
     return response, total, any_error
+
+
+def response_bytes_bound(broker: Broker, request: Request) -> int:
+    """The records bytes a Fetch may return: the request's max_bytes capped by the broker's
+    fetch.max.bytes, whatever the client asks (only a first batch larger than that is returned
+    whole, KIP-74)."""
+    asked = request.body.max_bytes if request.body.max_bytes > 0 else 0x7FFFFFFF
+    return min(asked, broker.config.fetch_max_bytes)
 
 
 @api(1, 4, 17)
