@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker import coordinator_log
 from onceflow.broker.coordinator_log import REWRITE_MIN_RECORDS, CoordinatorLog, should_rewrite
+from onceflow.broker.data_dir import open_data_dir
 from onceflow.broker.durability import GroupCommitter
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.clock import ManualClock
@@ -48,6 +49,7 @@ def history(transactions: int) -> tuple[list[tuple[bytes, bytes | None]], Simula
 
 
 def write_log(directory: Path, records: list[tuple[bytes, bytes | None]]) -> None:
+    open_data_dir(directory.parent, node_id=0)  # a broker's data directory, as it makes one
     log = CoordinatorLog(directory, GroupCommitter(enabled=False), ManualClock())
     for start in range(0, len(records), 500):
         log.append(records[start : start + 500])

@@ -309,7 +309,7 @@ def configure(capacity: int | None = None) -> FileHandleCache:
         old, _default = _default, FileHandleCache(capacity)
     if old is not None:
         old.close_all()
-    logger.info("log layer keeps at most %d files open", capacity)
+    logger.debug("log layer keeps at most %d files open", capacity)
     return _default
 
 
