@@ -49,7 +49,6 @@ def history(transactions: int) -> tuple[list[tuple[bytes, bytes | None]], Simula
 
 
 def write_log(directory: Path, records: list[tuple[bytes, bytes | None]]) -> None:
-    open_data_dir(directory.parent, node_id=0)  # a broker's data directory, as it makes one
     log = CoordinatorLog(directory, GroupCommitter(enabled=False), ManualClock())
     for start in range(0, len(records), 500):
         log.append(records[start : start + 500])
@@ -165,6 +164,7 @@ def test_a_broker_started_on_a_long_log_serves_its_state_from_a_short_one(
     records, sim = history(REWRITE_MIN_RECORDS // 3)
     assert len(records) > REWRITE_MIN_RECORDS
     data_dir = tmp_path / "data"
+    open_data_dir(data_dir, node_id=0)  # a broker's data directory, as it makes one
     write_log(data_dir / TXN_LOG, records)
     size_before = log_size(data_dir / TXN_LOG)
 
@@ -204,6 +204,7 @@ def test_a_broker_started_on_a_long_offsets_log_keeps_the_last_commits(
         for p in (0, 1)
     ]
     data_dir = tmp_path / "data"
+    open_data_dir(data_dir, node_id=0)  # a broker's data directory, as it makes one
     write_log(data_dir / OFFSETS_LOG, records)
     size_before = log_size(data_dir / OFFSETS_LOG)
 
