@@ -3,7 +3,9 @@
 // .init() do on the environment map their Python data source's tasks all share), then the map
 // is serialized and read back, as Spark ships it inside every task of that source.
 //
-//     javac -d /tmp EnvMapRace.java && java -cp /tmp EnvMapRace 20000 2
+//     javac -d /tmp EnvMapRace.java && java -cp /tmp EnvMapRace 20000 2 [concurrent]
+//
+// With `concurrent` the map is a ConcurrentHashMap (the mitigation): no failure is possible.
 import java.io.*;
 import java.util.*;
 import java.util.concurrent.CyclicBarrier;
@@ -33,10 +35,12 @@ public class EnvMapRace {
     public static void main(String[] args) throws Exception {
         int trials = args.length > 0 ? Integer.parseInt(args[0]) : 20000;
         int threads = args.length > 1 ? Integer.parseInt(args[1]) : 2;
+        boolean concurrent = args.length > 2 && args[2].equals("concurrent");
         int poisoned = 0;
         Map<String, Integer> failures = new TreeMap<>();
         for (int t = 0; t < trials; t++) {
-            Map<String, String> env = new HashMap<>();
+            Map<String, String> env =
+                concurrent ? new java.util.concurrent.ConcurrentHashMap<>() : new HashMap<>();
             env.put("PYTHONHASHSEED", "0");  // what PySpark's register() puts there
             CyclicBarrier gate = new CyclicBarrier(threads);
             Thread[] starts = new Thread[threads];
@@ -69,7 +73,7 @@ public class EnvMapRace {
             }
         }
         System.out.printf(
-            "trials %d, threads %d: size() wrong in %d, deserialization failed in %d %s%n",
-            trials, threads, poisoned, failures.values().stream().mapToInt(i -> i).sum(), failures);
+            "%s, trials %d, threads %d: size() wrong in %d, deserialization failed in %d %s%n",
+            concurrent ? "ConcurrentHashMap" : "HashMap", trials, threads, poisoned, failures.values().stream().mapToInt(i -> i).sum(), failures);
     }
 }

@@ -35,7 +35,7 @@ FORMAT = "repro"
 UDS_CLASS = "org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource"
 
 
-def _session(cores: int, mitigate: bool):  # noqa: ANN202 (pyspark imported in the child only)
+def _session(cores: int):
     from pyspark.sql import SparkSession
     from pyspark.sql.datasource import (
         DataSource,
@@ -110,18 +110,16 @@ def _session(cores: int, mitigate: bool):  # noqa: ANN202 (pyspark imported in t
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(Source)
-    if mitigate:
-        _concurrent_environment(spark)
+    _SOURCE.append(Source)
     return spark
 
 
-def _registered_function(spark):  # noqa: ANN001, ANN202
+def _registered_function(spark):
     manager = spark._jsparkSession.sessionState().dataSourceManager()
     return manager.lookupDataSource(FORMAT).dataSourceCls()
 
 
-def _concurrent_environment(spark) -> None:  # noqa: ANN001
+def _concurrent_environment(spark) -> None:
     """Re-register the source with a thread-safe environment map (same function otherwise)."""
     jvm = spark._jvm
     f = _registered_function(spark)
@@ -139,30 +137,44 @@ def _concurrent_environment(spark) -> None:  # noqa: ANN001
     spark._jsparkSession.dataSource().registerPython(FORMAT, uds)
 
 
-def _environment(spark) -> dict:  # noqa: ANN001
+def _environment(spark) -> dict:
     env = _registered_function(spark).envVars()
-    return {
-        "map": env.getClass().getSimpleName(),
-        "size": env.size(),
-        "entries": len(list(env.keySet().toArray())),
-    }
+    entries, keys = 0, env.keySet().iterator()  # toArray() would pad to size()
+    while keys.hasNext():
+        keys.next()
+        entries += 1
+    return {"map": env.getClass().getSimpleName(), "size": env.size(), "entries": entries}
 
 
-def _start(spark, source: str, sink: str, checkpoint: Path):  # noqa: ANN001, ANN202
+def _start(spark, source: str, sink: str, checkpoint: Path):
     if source == "rate":
         df = spark.readStream.format("rate").option("rowsPerSecond", "20").load()
         df = df.selectExpr("value")
     else:
         df = spark.readStream.format(FORMAT).load()
     writer = df.writeStream.format("noop" if sink == "noop" else FORMAT)
-    return writer.option("checkpointLocation", str(checkpoint)).trigger(
-        processingTime="0 seconds"
-    )
+    return writer.option("checkpointLocation", str(checkpoint)).trigger(processingTime="0 seconds")
 
 
-def child(args: argparse.Namespace) -> int:
-    """One driver: start the queries together, wait for a micro-batch of each, report."""
-    spark = _session(args.cores, args.mitigate)
+def _poison(spark) -> None:
+    """Leave the environment map as a lost race does: HashMap's counter one above its entries.
+
+    Two threads putting the same new key at once both see an empty bin, both link a node (one
+    survives) and both count it. Spark's launcher opens java.util to reflection (--add-opens).
+    """
+    env = _registered_function(spark).envVars()
+    field = env.getClass().getDeclaredField("size")
+    field.setAccessible(True)
+    field.setInt(env, field.getInt(env) + 1)
+
+
+def _trial(spark, args: argparse.Namespace, trial: int) -> dict:
+    """Register the source afresh (a fresh map), start the queries together, wait, report."""
+    spark.dataSource.register(_SOURCE[0])
+    if args.mitigate:
+        _concurrent_environment(spark)
+    if args.poison:
+        _poison(spark)
     writers = [
         _start(spark, args.source, args.sink, Path(args.dir) / f"q{i}") for i in range(args.queries)
     ]
@@ -182,19 +194,16 @@ def child(args: argparse.Namespace) -> int:
     deadline = started + args.wait
     pending = list(queries)
     while pending and time.monotonic() < deadline:
-        # done: failed, or ran at least `--batches` micro-batches
-        pending = [
-            q
-            for q in pending
-            if q.isActive and len(q.recentProgress) < args.batches
-        ]
+        # done: failed, or ran `--batches` micro-batches
+        pending = [q for q in pending if q.isActive and len(q.recentProgress) < args.batches]
         time.sleep(0.2)
     errors = []
-    for i, q in enumerate(queries):
+    for q in queries:
         exc = q.exception() if not q.isActive else None
-        errors.append(None if exc is None else str(exc)[:2000])
+        errors.append(None if exc is None else str(exc))
     record = {
         "phase": args.phase,
+        "trial": trial,
         "failed": [i for i, e in enumerate(errors) if e is not None],
         "optional_data": [i for i, e in enumerate(errors) if e and "OptionalDataException" in e],
         "stuck": [i for i, q in enumerate(queries) if q.isActive and q in pending],
@@ -203,16 +212,32 @@ def child(args: argparse.Namespace) -> int:
     }
     first_error = next((e for e in errors if e), None)
     if first_error:
-        record["first_error"] = first_error.splitlines()[0][:300]
+        lines = first_error.splitlines()
+        record["first_error"] = lines[0][:300]
+        record["error_lines"] = [
+            line.strip()[:200]
+            for line in lines
+            if "Exception" in line or "readObject" in line or "HashMap" in line
+        ][:12]
     for q in queries:
         if q.isActive:
             q.stop()
-    print("RESULT " + json.dumps(record), flush=True)
+    return record
+
+
+_SOURCE: list = []
+
+
+def child(args: argparse.Namespace) -> int:
+    """One driver (fresh session); `--trials` starts, each after a fresh registration."""
+    spark = _session(args.cores)
+    for trial in range(args.trials):
+        print("RESULT " + json.dumps(_trial(spark, args, trial)), flush=True)
     spark.stop()
     return 0
 
 
-def _run_child(args: argparse.Namespace, phase: str, work: Path, log: Path) -> dict:
+def _run_child(args: argparse.Namespace, phase: str, work: Path, log: Path) -> list[dict]:
     cmd = [
         "nice",
         "-n",
@@ -236,37 +261,53 @@ def _run_child(args: argparse.Namespace, phase: str, work: Path, log: Path) -> d
         str(args.wait),
         "--batches",
         str(args.batches),
-    ] + (["--mitigate"] if args.mitigate else [])
+        "--trials",
+        str(args.trials),
+    ]
+    cmd += ["--mitigate"] if args.mitigate else []
+    cmd += ["--poison"] if args.poison else []
     with log.open("ab") as out:
         try:
             proc = subprocess.run(
                 cmd, stdout=subprocess.PIPE, stderr=out, timeout=args.timeout, check=False
             )
-        except subprocess.TimeoutExpired:
-            return {"phase": phase, "timeout": True}
-    for line in proc.stdout.decode(errors="replace").splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])
-    return {"phase": phase, "exit": proc.returncode}
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout or b""
+            proc = None
+        else:
+            out = proc.stdout
+    records = [
+        json.loads(line[len("RESULT ") :])
+        for line in out.decode(errors="replace").splitlines()
+        if line.startswith("RESULT ")
+    ]
+    if proc is None:
+        records.append({"phase": phase, "timeout": True})
+    elif proc.returncode != 0:
+        records.append({"phase": phase, "exit": proc.returncode})
+    return records
 
 
 def parent(args: argparse.Namespace) -> int:
     phases = ["first", "restart"] if args.phase == "both" else [args.phase]
-    totals = {p: {"starts": 0, "failed_starts": 0, "optional_data": 0, "poisoned": 0} for p in phases}
+    totals = {
+        p: {"starts": 0, "failed_starts": 0, "optional_data": 0, "poisoned": 0} for p in phases
+    }
     log = Path(args.log)
     for run in range(args.runs):
         work = Path(tempfile.mkdtemp(prefix="two-queries-"))
         try:
             for phase in phases:
-                record = _run_child(args, phase, work, log)
-                record["run"] = run
-                print(json.dumps(record), flush=True)
-                t = totals[phase]
-                t["starts"] += 1
-                t["failed_starts"] += bool(record.get("failed") or "exit" in record)
-                t["optional_data"] += bool(record.get("optional_data"))
-                env = record.get("environment") or {}
-                t["poisoned"] += env.get("size", 0) > env.get("entries", 0)
+                for record in _run_child(args, phase, work, log):
+                    record["run"] = run
+                    print(json.dumps(record), flush=True)
+                    t = totals[phase]
+                    t["starts"] += "environment" in record
+                    t["failed_starts"] += bool(record.get("failed"))
+                    t["optional_data"] += bool(record.get("optional_data"))
+                    env = record.get("environment") or {}
+                    t["poisoned"] += env.get("size", 0) > env.get("entries", 0)
+                    t["driver_errors"] = t.get("driver_errors", 0) + ("environment" not in record)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     print(
@@ -277,7 +318,9 @@ def parent(args: argparse.Namespace) -> int:
                 "sink": args.sink,
                 "queries": args.queries,
                 "cores": args.cores,
+                "trials": args.trials,
                 "mitigate": args.mitigate,
+                "poison": args.poison,
                 "totals": totals,
             }
         ),
@@ -297,7 +340,9 @@ def main() -> int:
     p.add_argument("--wait", type=float, default=60, help="seconds to wait for the micro-batches")
     p.add_argument("--batches", type=int, default=1, help="micro-batches each query must run")
     p.add_argument("--timeout", type=float, default=150, help="seconds per driver process")
+    p.add_argument("--trials", type=int, default=1, help="starts per driver, each re-registered")
     p.add_argument("--mitigate", action="store_true")
+    p.add_argument("--poison", action="store_true", help="start with the map a lost race leaves")
     p.add_argument("--log", default="two_queries.log", help="the drivers' stderr")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
