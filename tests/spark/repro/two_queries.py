@@ -182,6 +182,8 @@ def _trial(spark, args: argparse.Namespace, trial: int) -> dict:
     gate = threading.Barrier(len(writers))
 
     def run(i: int) -> None:
+        # this thread's JVM twin (py4j pins threads) must see the session's registered sources
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         gate.wait()  # release every start() at the same moment
         queries[i] = writers[i].start()
 
