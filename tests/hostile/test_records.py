@@ -221,6 +221,7 @@ def test_the_decompressed_limit_is_a_setting(
         (record(0, b"v") + record(0, b"w"), 2),  # offset deltas 0, 0
         (record(0, b"v"), 2),  # fewer records than the header says
     ],
+    ids=["zero-length", "missing-header", "trailing-bytes", "repeated-delta", "too-few"],
 )
 def test_garbage_records_under_a_valid_crc_are_invalid_record(
     broker: EmbeddedBroker, topic: str, section: bytes, count: int

@@ -103,6 +103,79 @@ static inline int end_record(Walker *w) {
     return 0;
 }
 
+/* The fast path: a whole record lies in the chunk, so it is parsed with local variables and
+ * no per-byte state. It accepts exactly what the state machine accepts; on anything else
+ * (a record cut by the chunk's end, or any fault) it returns NULL and the state machine walks
+ * the same record again from its start, to resume or to raise with the precise message. */
+static inline int fast_varint(const uint8_t **pp, const uint8_t *end, int bits, int64_t *out) {
+    const uint8_t *p = *pp;
+    uint64_t acc = 0;
+    int shift = 0;
+    int max_shift = bits == 32 ? 35 : 70;
+    while (p < end) {
+        uint8_t byte = *p++;
+        uint64_t payload = byte & 0x7F;
+        if (bits == 64 && shift == 63 && payload > 1)
+            return 0;
+        acc |= payload << shift;
+        if (byte < 0x80) {
+            if (bits == 32 && (acc >> 32))
+                return 0;
+            *out = (int64_t)(acc >> 1) ^ -(int64_t)(acc & 1);
+            *pp = p;
+            return 1;
+        }
+        shift += 7;
+        if (shift >= max_shift)
+            return 0;
+    }
+    return 0;
+}
+
+static inline int fast_skip(const uint8_t **pp, const uint8_t *rec_end, int64_t length) {
+    if (length < -1 || length > rec_end - *pp)
+        return 0;
+    if (length > 0)
+        *pp += length;
+    return 1;
+}
+
+static const uint8_t *fast_record(Walker *w, const uint8_t *p, const uint8_t *end) {
+    int64_t length, delta, offset_delta, key_len, value_len, count, h_key_len, h_value_len;
+    int64_t timestamp;
+    if (!fast_varint(&p, end, 32, &length) || length < MIN_RECORD_BODY || length > end - p)
+        return NULL;
+    const uint8_t *rec_end = p + length;
+    p++; /* attributes */
+    if (!fast_varint(&p, rec_end, 64, &delta) ||
+        __builtin_add_overflow(w->base_timestamp, delta, &timestamp))
+        return NULL;
+    if (!fast_varint(&p, rec_end, 32, &offset_delta) || offset_delta != w->records)
+        return NULL;
+    if (w->check_max && timestamp > w->max_timestamp)
+        return NULL;
+    if (!fast_varint(&p, rec_end, 32, &key_len) || !fast_skip(&p, rec_end, key_len))
+        return NULL;
+    if (!fast_varint(&p, rec_end, 32, &value_len) || !fast_skip(&p, rec_end, value_len))
+        return NULL;
+    if (!fast_varint(&p, rec_end, 32, &count) || count < 0 || count * 2 > rec_end - p)
+        return NULL;
+    for (int64_t i = 0; i < count; i++) {
+        if (!fast_varint(&p, rec_end, 32, &h_key_len) || h_key_len < 0 ||
+            !fast_skip(&p, rec_end, h_key_len))
+            return NULL;
+        if (!fast_varint(&p, rec_end, 32, &h_value_len) || !fast_skip(&p, rec_end, h_value_len))
+            return NULL;
+    }
+    if (p != rec_end)
+        return NULL;
+    if (key_len == -1)
+        w->null_keys++;
+    w->records++;
+    w->state = w->records == w->count ? S_DONE : S_LENGTH;
+    return p;
+}
+
 /* Walk `n` bytes. Returns 1 when the target was found (the walk stops there), 0 when the bytes
  * were all consumed, -1 on error. */
 static int walk(Walker *w, const uint8_t *p, Py_ssize_t n) {
@@ -139,6 +212,13 @@ static int walk(Walker *w, const uint8_t *p, Py_ssize_t n) {
 
 
     while (p < end) {
+        if (w->state == S_LENGTH && w->shift == 0 && !w->has_target) {
+            const uint8_t *next = fast_record(w, p, end);
+            if (next != NULL) {
+                p = next;
+                continue;
+            }
+        }
         switch (w->state) {
         case S_DONE:
             fail(w, "%lld bytes left after the last of %lld records", (long long)(end - p),
