@@ -21,7 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onceflow.records._walker import RecordWalker
+try:
+    from onceflow.records._walker import RecordWalker
+except ImportError as exc:  # no slow fallback: say how to build it
+    raise ImportError(
+        "onceflow's C record walker is not built: `pip install -e .` builds it, or "
+        "`python setup.py build_ext --inplace` in a checkout"
+    ) from exc
 from onceflow.records.batch import HEADER_SIZE, BatchHeader
 from onceflow.records.decompression import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
