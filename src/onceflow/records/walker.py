@@ -80,11 +80,15 @@ def walk_batch(
         header.max_timestamp if check_max else None,
         target_timestamp,
     )
-    for chunk in iter_decompressed(header.compression, section, max_decompressed_bytes):
-        if walker.feed(chunk):
-            break
+    if header.compression == 0:  # the common case, without the generator's cost
+        if not walker.feed(section):
+            walker.finish()
     else:
-        walker.finish()
+        for chunk in iter_decompressed(header.compression, section, max_decompressed_bytes):
+            if walker.feed(chunk):
+                break
+        else:
+            walker.finish()
     return RecordsSummary(walker.records, walker.null_keys, walker.found)
 
 
