@@ -1,7 +1,11 @@
 """The C extension of onceflow; everything else is declared in pyproject.toml.
 
 The record walker is required (no silent pure-Python fallback: it would cut Produce
-throughput several times). Build it in place with `python setup.py build_ext --inplace`.
+throughput several times). `pip install -e .` builds it in place; so does
+`python setup.py build_ext --inplace` with setuptools >= 77 (older ones cannot read
+pyproject.toml's license field; there, compile it directly:
+`gcc -O2 -fPIC -shared $(python3-config --includes) src/onceflow/records/_walker.c
+-o src/onceflow/records/_walker$(python3-config --extension-suffix)`).
 """
 
 from setuptools import Extension, setup
