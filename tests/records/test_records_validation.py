@@ -133,7 +133,7 @@ def test_deep_catches_malformed_records(frame: Frame) -> None:
     body = b"\x00\x00\x00\x02k\x02v\x00"
     bad = frame(bytes([len(body) * 2 + 2]) + body, records_count=1)  # length says one more
     assert validate_produce(bad)  # the header is fine
-    with pytest.raises(CorruptRecordError):
+    with pytest.raises(InvalidRecordError):  # record structure: INVALID_RECORD, as Kafka
         validate_produce(bad, deep=True)
     garbage = frame(b"\x28\xb5\x2f\xfd garbage", attributes=4, records_count=1)
     assert validate_produce(garbage)

@@ -29,6 +29,8 @@ class BrokerConfig:
     default_replication_factor: int = _kafka("default.replication.factor", 1)
     socket_request_max_bytes: int = _kafka("socket.request.max.bytes", 100 * 1024 * 1024)
     message_max_bytes: int = _kafka("message.max.bytes", 1048588)
+    # not a Kafka setting: the decompressed bytes one Produce batch may expand to (bombs)
+    message_max_decompressed_bytes: int = 64 << 20  # set as message.max.decompressed.bytes
     log_segment_bytes: int = _kafka("log.segment.bytes", 1 << 30)
     log_roll_ms: int = _kafka("log.roll.ms", 7 * 24 * 3600 * 1000)
     log_retention_ms: int = _kafka("log.retention.ms", 7 * 24 * 3600 * 1000)

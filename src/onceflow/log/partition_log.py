@@ -331,6 +331,19 @@ class PartitionLog:
                 return found
         return None
 
+    def max_timestamp_and_offset(self) -> tuple[int, int] | None:
+        """(largest timestamp, last offset of the batch holding it) from the segments' own
+        bookkeeping (Kafka's maxTimestampSoFar: no batch is read), the earliest segment winning
+        a tie; None if no batch has a timestamp (ListOffsets MAX_TIMESTAMP)."""
+        self._check_open()
+        best: tuple[int, int] | None = None
+        for segment in self._segments:
+            if segment.offset_of_max_timestamp >= 0 and (
+                best is None or segment.max_timestamp > best[0]
+            ):
+                best = (segment.max_timestamp, segment.offset_of_max_timestamp)
+        return best
+
     def iter_batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
         """Headers of the batches from the one containing `from_offset` (replay)."""
         for header, _ in self._iter_batches(from_offset, with_bytes=False):

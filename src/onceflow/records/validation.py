@@ -16,15 +16,19 @@ UnifiedLog.analyzeAndValidateRecords, LogValidator.validateBatch), in Kafka's or
 9. producer fields: a producer id is -1 or >= 0; with one, the epoch and base sequence are
    >= 0; a transactional batch has a producer id (InvalidRecordError).
 
-All of it reads the 61-byte headers only, so an uncompressed 1 MB request costs one CRC pass
-plus microseconds. `deep=True` also decompresses and decodes every record (CorruptRecordError
-for any malformed record, InvalidRecordError for offset deltas other than 0..count-1). Kafka
-rewrites a compressed batch whose inner offsets are off instead; onceflow stores client bytes
-as they are, so there it rejects. Timestamp checks (message.timestamp.*) depend on topic
-configuration and are the caller's.
+Those read the 61-byte headers only. `deep=True` (what the broker's Produce does, through
+`validate_produce_records`) then walks every record of every batch as a stream (walker.py):
+compressed batches are decompressed chunk by chunk, at most `max_decompressed_bytes` of them
+(RecordTooLargeError past it), undecodable compressed data is CorruptRecordError, and any
+record-level fault (counts, lengths, offset deltas, timestamps, headers) InvalidRecordError, as
+Kafka's LogValidator answers. Kafka rewrites a compressed batch whose inner offsets are off;
+onceflow stores client bytes as they are, so it rejects them. Timestamp checks
+(message.timestamp.*) depend on topic configuration and are the caller's.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from onceflow.records.batch import (
     MAGIC_OFFSET,
@@ -35,6 +39,7 @@ from onceflow.records.batch import (
     compute_crc,
 )
 from onceflow.records.compression import CompressionType
+from onceflow.records.decompression import DEFAULT_MAX_DECOMPRESSED_BYTES
 from onceflow.records.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -42,12 +47,21 @@ from onceflow.records.errors import (
     UnsupportedCompressionError,
     UnsupportedMagicError,
 )
-from onceflow.records.record import decode_batch
+from onceflow.records.walker import walk_batch
 
 # Produce v7 is the first that may carry zstd (KIP-110)
 ZSTD_MIN_PRODUCE_VERSION = 7
 MIN_BATCH_OVERHEAD = 14  # Kafka's LOG_OVERHEAD + the smallest record: below it is corrupt
 _MAX_CODEC = max(CompressionType)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedRecords:
+    """One partition's records as Produce validated them."""
+
+    batches: list[tuple[int, BatchHeader]]  # (position, header) of each batch
+    records: int
+    null_keys: int  # records with a null key (compacted topics refuse them)
 
 
 def validate_produce(
@@ -57,15 +71,44 @@ def validate_produce(
     single_batch: bool = True,
     max_batch_size: int | None = None,
     produce_version: int | None = None,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> list[tuple[int, BatchHeader]]:
     """Check one partition's records from a Produce request; returns [(position, header)].
 
     Raises a RecordsError subclass naming the first rule broken (see the module doc).
     """
+    return _validate(
+        data, deep, single_batch, max_batch_size, produce_version, max_decompressed_bytes
+    ).batches
+
+
+def validate_produce_records(
+    data: bytes | bytearray | memoryview,
+    *,
+    single_batch: bool = True,
+    max_batch_size: int | None = None,
+    produce_version: int | None = None,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> ValidatedRecords:
+    """`validate_produce` with `deep=True`, also returning the record and null-key counts."""
+    return _validate(
+        data, True, single_batch, max_batch_size, produce_version, max_decompressed_bytes
+    )
+
+
+def _validate(
+    data: bytes | bytearray | memoryview,
+    deep: bool,
+    single_batch: bool,
+    max_batch_size: int | None,
+    produce_version: int | None,
+    max_decompressed_bytes: int,
+) -> ValidatedRecords:
     end = len(data)
     if end == 0:
         raise InvalidRecordError("produce request has no record batch for the partition")
     result: list[tuple[int, BatchHeader]] = []
+    records = null_keys = 0
     pos = 0
     while pos < end:
         remaining = end - pos
@@ -85,10 +128,14 @@ def validate_produce(
             raise InvalidRecordError("produce requests may carry exactly one batch per partition")
         _check_header(data, pos, header, max_batch_size, produce_version)
         if deep:
-            _check_records(data, pos, header)
+            summary = walk_batch(data, pos, header, max_decompressed_bytes=max_decompressed_bytes)
+            records += summary.records
+            null_keys += summary.null_keys
+        else:
+            records += header.records_count
         result.append((pos, header))
         pos += header.size
-    return result
+    return ValidatedRecords(result, records, null_keys)
 
 
 def _check_header(
@@ -139,14 +186,3 @@ def _check_header(
             )
     elif header.is_transactional:
         raise InvalidRecordError("a transactional batch needs a producer id")
-
-
-def _check_records(data: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> None:
-    # the header was checked already, CRC included: decode without hashing again
-    batch = decode_batch(data, pos, verify_crc=False)
-    base = header.base_offset
-    for expected, record in enumerate(batch.records):
-        if record.offset - base != expected:
-            raise InvalidRecordError(
-                f"record {expected} has offset delta {record.offset - base}, expected {expected}"
-            )

@@ -4,6 +4,7 @@ and the first offset whose timestamp is at or after a given time."""
 from __future__ import annotations
 
 import datetime
+import logging
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -12,7 +13,9 @@ from onceflow.broker.dispatch import api
 from onceflow.broker.handlers.metadata import LEADER_EPOCH
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
-from onceflow.records.record import decode_batch
+from onceflow.records.batch import check_batch, parse_header
+from onceflow.records.errors import RecordsError
+from onceflow.records.walker import walk_batch
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
@@ -26,6 +29,8 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 READ_COMMITTED = 1
 
+log = logging.getLogger(__name__)
+
 
 def offset_for_time(partition: Partition, timestamp: int, upper: int) -> tuple[int, int]:
     """(offset, timestamp) of the first record at or after `timestamp` below `upper`,
@@ -33,30 +38,62 @@ def offset_for_time(partition: Partition, timestamp: int, upper: int) -> tuple[i
     found = partition.log.offset_for_timestamp(timestamp)
     if found is None or found[0] >= upper:
         return -1, -1
-    # The first batch whose max timestamp reaches the target holds the record we want.
-    data = partition.log.read(found[0], 1, max_offset=upper).data
-    batch = decode_batch(data)
-    for record in batch.records:
-        ts = batch.header.max_timestamp if batch.header.is_log_append_time else record.timestamp
-        if ts >= timestamp:
-            return record.offset, ts
-    return -1, -1
+    # The first batch whose max timestamp reaches the target holds the record we want; its
+    # records are walked as a stream up to the first match, never decompressed whole.
+    match = _first_record_at(partition, found[0], timestamp, upper)
+    return match if match is not None else (-1, -1)
 
 
 def max_timestamp_offset(partition: Partition, upper: int) -> tuple[int, int]:
+    """(offset, timestamp) of the record with the largest timestamp below `upper`, as Kafka
+    answers MAX_TIMESTAMP: the segment with the largest max timestamp, then the one batch that
+    holds it (a control batch too, as in Kafka), then its first record with that timestamp."""
+    found = partition.log.max_timestamp_and_offset()
+    if found is None:
+        return -1, -1
+    timestamp, last_offset = found
+    if last_offset >= upper or last_offset < partition.log.log_start_offset:
+        # the newest maximum is not readable yet (above the high watermark or last stable
+        # offset): rare and short-lived, so scan the headers below `upper`
+        return _scan_max_timestamp(partition, upper)
+    match = _first_record_at(partition, last_offset, timestamp, upper)
+    return match if match is not None else (-1, -1)
+
+
+def _first_record_at(
+    partition: Partition, offset: int, timestamp: int, upper: int
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record at or after `timestamp` in the batch holding
+    `offset`; the batch's own (base offset, max timestamp) if it cannot be walked."""
+    data = partition.log.read(offset, 1, max_offset=upper).data
+    if not data:
+        return None
+    try:
+        header = check_batch(data, verify_crc=False)
+        summary = walk_batch(data, 0, header, target_timestamp=timestamp, check_timestamps=False)
+    except RecordsError as e:
+        # Stored before Produce walked every record (or damaged on disk): answer the batch,
+        # which holds the target by its max timestamp, rather than fail the request.
+        log.warning("ListOffsets cannot walk the batch holding offset %d: %s", offset, e)
+        header = parse_header(data)
+        return header.base_offset, header.max_timestamp
+    if summary.found is None:
+        return None
+    delta, ts = summary.found
+    return header.base_offset + delta, ts
+
+
+def _scan_max_timestamp(partition: Partition, upper: int) -> tuple[int, int]:
     best = (-1, -1)
     for header in partition.log.iter_batch_headers(partition.log.log_start_offset):
         if header.base_offset >= upper:
             break
-        if header.max_timestamp > best[1] and not header.is_control:
+        if header.max_timestamp > best[1]:
             best = (header.base_offset, header.max_timestamp)
     if best[0] < 0:
         return best
-    data = partition.log.read(best[0], 1, max_offset=upper).data
-    for record in decode_batch(data).records:
-        if record.timestamp == best[1]:
-            return record.offset, record.timestamp
-    return best
+    match = _first_record_at(partition, best[0], best[1], upper)
+    return match if match is not None else best
 
 
 @api(2, 1, 9)

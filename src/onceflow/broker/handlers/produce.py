@@ -1,5 +1,9 @@
 """Produce (0): validate batches, append them as sent, acknowledge per `acks`.
 
+Every record of every batch is walked before the append (records/validation.py), compressed
+batches as a stream of at most `message.max.decompressed.bytes` decompressed bytes, so nothing
+undecodable, and no decompression bomb, is ever stored.
+
 acks=-1 answers only after the appended bytes are fsynced (group commit); acks=0/1 answer at
 once, and their data is made durable by the next round of fsyncs, which also moves the high
 watermark (so readers only ever see durable data).
@@ -22,14 +26,16 @@ from onceflow.broker.faults import crash_point
 from onceflow.log.errors import DescriptorsExhaustedError
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
+from onceflow.records.decompression import DEFAULT_MAX_DECOMPRESSED_BYTES
 from onceflow.records.errors import (
     CorruptRecordError,
     InvalidRecordError,
     RecordsError,
+    RecordTooLargeError,
     UnsupportedCompressionError,
     UnsupportedMagicError,
 )
-from onceflow.records.validation import validate_produce
+from onceflow.records.validation import validate_produce_records
 from onceflow.txn.errors import TxnError
 
 if TYPE_CHECKING:
@@ -43,6 +49,8 @@ _RECORDS_ERRORS: list[tuple[type[RecordsError], ErrorCode]] = [
     (UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
     (UnsupportedCompressionError, ErrorCode.unsupported_compression_type),
     (InvalidRecordError, ErrorCode.invalid_record),
+    # Kafka's RecordTooLargeException; on it Java and librdkafka producers split the batch
+    (RecordTooLargeError, ErrorCode.message_too_large),
     (CorruptRecordError, ErrorCode.corrupt_message),
 ]
 
@@ -79,19 +87,21 @@ def append_to_partition(
     records: bytes,
     transactional_id: str | None,
     produce_version: int = 0,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> Appended:
     """Validate, run the idempotence/transaction checks, append; raises ProduceError."""
+    config = partition.log.config
     try:
-        headers = validate_produce(records)
+        # max.message.bytes is checked on the header, before any record is walked
+        validated = validate_produce_records(
+            records,
+            max_batch_size=config.max_message_bytes,
+            max_decompressed_bytes=max_decompressed_bytes,
+        )
     except RecordsError as e:
         raise ProduceError(records_error_code(e), str(e)) from None
-    [(_, header)] = headers  # validate_produce allows exactly one batch (Produce v3+)
-    config = partition.log.config
-    if header.size > config.max_message_bytes:
-        raise ProduceError(
-            ErrorCode.message_too_large,
-            f"batch of {header.size} bytes exceeds max.message.bytes={config.max_message_bytes}",
-        )
+    headers = validated.batches
+    [(_, header)] = headers  # validation allows exactly one batch (Produce v3+)
     if header.size > config.segment_bytes:  # as Kafka: a batch never spans segments
         raise ProduceError(
             ErrorCode.record_list_too_large,
@@ -171,7 +181,12 @@ def handle_produce(broker: Broker, request: Request) -> Any:
             else:
                 try:
                     result = append_to_partition(
-                        broker, partition, pdata.records, req.transactional_id, request.api_version
+                        broker,
+                        partition,
+                        pdata.records,
+                        req.transactional_id,
+                        request.api_version,
+                        broker.config.message_max_decompressed_bytes,
                     )
                 except ProduceError as e:
                     error, message = e.code, str(e)
