@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 from typer.testing import CliRunner
 
-from onceflow.cli.bench import free_port
+from onceflow.bench.targets import free_port
 from onceflow.cli.main import app
 
 

@@ -12,21 +12,14 @@ import pytest
 from rich.console import Console
 from rich.progress import Progress
 
-import onceflow.cli.bench as bench
-from onceflow.cli.bench import (
-    BenchError,
-    BenchRun,
-    BrokerProcess,
-    LiveTarget,
-    Measurement,
-    Phase,
-    _settings,
-    _split,
-    parse_target,
-    ratios,
-    rss_bytes,
-    tansu_binary,
-)
+import onceflow.bench.throughput_run as bench
+from onceflow.bench.errors import BenchError
+from onceflow.bench.producers import split_records as _split
+from onceflow.bench.stats import Phase
+from onceflow.bench.targets import BrokerProcess, parse_target, rss_bytes, tansu_binary
+from onceflow.bench.throughput import Measurement, ratios
+from onceflow.bench.throughput import bench_settings as _settings
+from onceflow.bench.throughput_run import BenchRun, LiveTarget
 from onceflow.cli.options import UsageError
 from tests.cli.harness import Run, closed_port_address
 

@@ -9,17 +9,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from onceflow.cli.bench import Phase
-from onceflow.cli.bench_eos import (
-    KAFKA_TARGETS,
-    EosMeasurement,
-    Latency,
-    TxnProducerReport,
-    aborts,
-    bench_eos_command,
-    median_phase,
-    target_results,
-)
+from onceflow.bench.eos_figures import KAFKA_TARGETS, EosMeasurement, target_results
+from onceflow.bench.eos_producer import TxnProducerReport, aborts
+from onceflow.bench.stats import Latency, Phase, median_phase
+from onceflow.cli.bench_eos import bench_eos_command
 from onceflow.cli.options import OnceflowGroup
 from tests.cli.harness import Outcome, closed_port_address
 

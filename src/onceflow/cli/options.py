@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -40,6 +41,33 @@ BootstrapServer = Annotated[
         metavar="HOST:PORT",
         help="Broker(s) to connect to, comma-separated.",
     ),
+]
+
+# Options the benchmarks share (bench, bench-eos): the same names, help and metavars.
+BenchTargets = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--bootstrap-server",
+        "-b",
+        metavar="[NAME=]HOST:PORT",
+        help="A running broker or cluster to measure; repeatable.",
+    ),
+]
+ProducerCount = Annotated[int, typer.Option("--producers", help="Producer processes per workload.")]
+PartitionCount = Annotated[int, typer.Option("--partitions", help="Partitions of each topic.")]
+ReplicationFactor = Annotated[
+    int, typer.Option("--replication-factor", help="Replicas of each benchmark topic.")
+]
+ProducerProperties = Annotated[
+    list[str] | None,
+    typer.Option("--producer-property", metavar="KEY=VALUE", help="Override a producer setting."),
+]
+ConsumerProperties = Annotated[
+    list[str] | None,
+    typer.Option("--consumer-property", metavar="KEY=VALUE", help="Override a consumer setting."),
+]
+JsonReport = Annotated[
+    Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")
 ]
 
 T = TypeVar("T")
@@ -76,6 +104,11 @@ def kafka_error_text(error: KafkaError | KafkaException) -> str:
         error = error.args[0]
     text = error.str().rstrip(".")
     return f"{text} ({error.name()})"
+
+
+def error_text(error: CliError | KafkaException | OSError) -> str:
+    """One line for a failure: Kafka's error name for a Kafka exception, else the message."""
+    return kafka_error_text(error) if isinstance(error, KafkaException) else str(error)
 
 
 def kafka_error_code(error: KafkaException) -> int | None:
@@ -115,6 +148,13 @@ def parse_pairs(values: Iterable[str], option: str) -> dict[str, str]:
             raise UsageError(f"Invalid {option} '{item}': expected KEY=VALUE.")
         pairs[key.strip()] = value
     return pairs
+
+
+def require_at_least(*checks: tuple[str, float, float]) -> None:
+    """UsageError for the first (option, value, lowest) whose value is below its lowest."""
+    for name, value, low in checks:
+        if value < low:
+            raise UsageError(f"{name} must be at least {low}, not {value}.")
 
 
 def parse_bool(value: str, name: str) -> bool:
@@ -248,11 +288,15 @@ def stdout_console() -> Console:
     return console
 
 
-def result_table(*columns: str) -> Table:
-    """A plain table for results: a header rule, no borders, cells two or more spaces apart."""
+def result_table(*columns: str, right_from: int | None = None) -> Table:
+    """A plain table for results: a header rule, no borders, cells two or more spaces apart.
+
+    Columns from index `right_from` on are right-aligned (figures line up by their digits).
+    """
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in columns:
-        table.add_column(column)
+    for index, column in enumerate(columns):
+        right = right_from is not None and index >= right_from
+        table.add_column(column, justify="right" if right else "left")
     return table
 
 
