@@ -24,11 +24,12 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import Clock
+from onceflow.coordinator_result import CoordinatorResult, Record
 from onceflow.groups.config import GroupCoordinatorConfig
 from onceflow.groups.group import ClassicGroup, GroupState, Member, Protocols
 from onceflow.groups.offsets import (
@@ -49,8 +50,6 @@ from onceflow.groups.offsets_record import (
 
 GROUP_TYPE_CLASSIC = "classic"
 
-Record = tuple[bytes, bytes | None]
-T = TypeVar("T")
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -190,15 +189,6 @@ class GroupDescription:
     protocol_type: str = ""
     protocol_data: str = ""
     members: tuple[MemberDescription, ...] = ()
-
-
-@dataclass(frozen=True)
-class CoordinatorResult(Generic[T]):
-    """Records to append to ``__consumer_offsets`` (key, value; None value = tombstone), and
-    the response to send once they are durable and replayed."""
-
-    records: list[Record]
-    response: T
 
 
 def _answers(
