@@ -52,8 +52,7 @@ class GroupCoordinator:
         loading: bool = False,
         member_id_suffix: Callable[[], str] | None = None,
     ) -> None:
-        self.config = config or GroupCoordinatorConfig()
-        self._ctx = GroupContext(clock, self.config, loading)
+        self._ctx = GroupContext(clock, config or GroupCoordinatorConfig(), loading)
         self._membership = Membership(
             self._ctx, member_id_suffix=member_id_suffix or (lambda: str(uuid.uuid4()))
         )
@@ -74,6 +73,10 @@ class GroupCoordinator:
         self.delete_offsets = offsets.delete_offsets
         self.state_batches = offsets.state_batches
         self.complete_transaction = offsets.complete_transaction
+
+    @property
+    def config(self) -> GroupCoordinatorConfig:
+        return self._ctx.config
 
     # -- loading --------------------------------------------------------------------------
 
