@@ -7,8 +7,8 @@ Membership is not persisted: it lives in memory only and clients rejoin after a 
 (the JoinGroup/SyncGroup dance is cheap, and a restart drops their connections anyway). Only
 committed offsets are written to the offsets log.
 
-This module holds data and the rules that need nothing but the group; the membership
-manager (``membership.py``) drives it: it answers requests, runs the timers and hands out responses.
+This module holds data and the rules that need nothing but the group; the membership manager
+(``membership.py``) drives it: it answers requests, runs the timers and hands out responses.
 """
 
 from __future__ import annotations
