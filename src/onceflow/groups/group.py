@@ -7,8 +7,8 @@ Membership is not persisted: it lives in memory only and clients rejoin after a 
 (the JoinGroup/SyncGroup dance is cheap, and a restart drops their connections anyway). Only
 committed offsets are written to the offsets log.
 
-This module holds data and the rules that need nothing but the group; the coordinator
-(``coordinator.py``) drives it: it answers requests, runs the timers and hands out responses.
+This module holds data and the rules that need nothing but the group; the membership manager
+(``membership.py``) drives it: it answers requests, runs the timers and hands out responses.
 """
 
 from __future__ import annotations
@@ -246,6 +246,36 @@ class ClassicGroup:
                 return ErrorCode.fenced_instance_id
         if member_id not in self.members:
             return ErrorCode.unknown_member_id
+        return None
+
+    def validate_offset_commit(
+        self,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        *,
+        transactional: bool,
+    ) -> ErrorCode | None:
+        """May this member commit offsets now (OffsetCommit, or TxnOffsetCommit's KIP-447
+        fencing with ``transactional``)? Kafka's ClassicGroup.validateOffsetCommit."""
+        if self.is_in(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if generation_id < 0 and self.is_in(GroupState.EMPTY):
+            # Generation -1: a commit outside group management, fine while nobody is a member.
+            return None
+        if generation_id >= 0 or member_id != "" or group_instance_id is not None:
+            error = self.validate_member(member_id, group_instance_id)
+            if error is not None:
+                return error
+            if generation_id != self.generation_id:
+                return ErrorCode.illegal_generation
+        elif not transactional and not self.is_in(GroupState.EMPTY):
+            # Only members commit for a group with members. TxnOffsetCommit v0-v2 carry no
+            # member information, so this does not apply to them.
+            return ErrorCode.unknown_member_id
+        if not transactional and self.is_in(GroupState.COMPLETING_REBALANCE):
+            # The member has its new generation but not its assignment yet.
+            return ErrorCode.rebalance_in_progress
         return None
 
     def num_awaiting_join(self) -> int:

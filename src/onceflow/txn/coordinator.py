@@ -30,11 +30,12 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import Clock
+from onceflow.coordinator_result import CoordinatorResult, MarkerJob, Record
 from onceflow.txn.coordinator_errors import (
     IllegalTransitionError,
     TransactionLogRecordError,
@@ -60,7 +61,6 @@ from onceflow.txn.transaction_metadata import (
 )
 from onceflow.txn.transaction_state import TransactionState
 
-Record = tuple[bytes, bytes | None]
 T = TypeVar("T")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -84,31 +84,6 @@ _PRODUCE_TRANSACTION_ABORTABLE_SINCE = 11
 
 
 # -- results and responses ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MarkerJob:
-    """Markers to write: one control batch per partition, then :meth:`markers_written`."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    commit: bool
-    coordinator_epoch: int
-    partitions: tuple[TopicPartition, ...]
-
-
-@dataclass
-class CoordinatorResult(Generic[T]):
-    """Records to append to ``__transaction_state`` (key, value; None value = tombstone), and
-    the response to send once they are durable and replayed."""
-
-    records: list[Record]
-    response: T
-    # Markers to write after the records are durable and the response is sent.
-    markers: MarkerJob | None = None
-    # The transactional id whose pending transition the records carry (for abort_pending).
-    transactional_id: str | None = None
 
 
 @dataclass(frozen=True)

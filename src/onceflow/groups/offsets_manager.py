@@ -1,0 +1,304 @@
+"""Committed offsets, sans-IO (Kafka's OffsetMetadataManager).
+
+Committed offsets follow Kafka's coordinator-runtime model: a handler validates the request and
+returns the records to write with the response (:class:`CoordinatorResult`); the broker appends
+the records to ``__consumer_offsets``, makes them durable, replays each, and only then answers.
+State changes only on replay (:meth:`OffsetManager.replay_commit`) and on a transaction marker
+(:meth:`OffsetManager.complete_transaction`), so loading after a restart (replaying the log
+from the start) rebuilds the same offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.coordinator_result import CoordinatorResult, Record
+from onceflow.groups.context import GroupContext
+from onceflow.groups.errors import CoordinatorLoadInProgressError
+from onceflow.groups.group import ClassicGroup, GroupState
+from onceflow.groups.membership import Membership
+from onceflow.groups.offsets import (
+    OffsetAndMetadata,
+    OffsetFetchEntry,
+    OffsetStore,
+    TopicPartition,
+)
+from onceflow.groups.offsets_record import (
+    OffsetCommitKey,
+    decode_offset_commit_value,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+)
+
+
+class OffsetManager:
+    """Committed and pending transactional offsets of every group (all of
+    ``__consumer_offsets``); groups are looked up in, and created by, the membership."""
+
+    def __init__(self, context: GroupContext, membership: Membership) -> None:
+        self._ctx = context
+        self._membership = membership
+        self._offsets = OffsetStore()
+
+    @property
+    def offsets(self) -> OffsetStore:
+        return self._offsets
+
+    # -- handlers -------------------------------------------------------------------------
+
+    def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        *,
+        retention_time_ms: int = -1,
+        api_version: int | None = None,
+    ) -> CoordinatorResult[dict[TopicPartition, ErrorCode]]:
+        """OffsetCommit. ``retention_time_ms`` is v2-v4's field (-1: broker default);
+        ``api_version`` >= 9 answers GROUP_ID_NOT_FOUND instead of ILLEGAL_GENERATION for an
+        unknown group with a generation."""
+        if self._ctx.loading:
+            return self._fail_all(offsets, ErrorCode.coordinator_load_in_progress)
+        group = self._membership.group(group_id)
+        if group is None:
+            # No group: only a commit outside group management (admin tools, assign()) is
+            # accepted; it creates a "simple" group when replayed.
+            if generation_id >= 0:
+                version_9 = api_version is not None and api_version >= 9
+                error = ErrorCode.group_id_not_found if version_9 else ErrorCode.illegal_generation
+                return self._fail_all(offsets, error)
+        else:
+            error = group.validate_offset_commit(
+                generation_id, member_id, group_instance_id, transactional=False
+            )
+            if error is not None:
+                return self._fail_all(offsets, error)
+            member = group.members.get(member_id)
+            if member is not None and group.is_in(
+                GroupState.STABLE, GroupState.PREPARING_REBALANCE
+            ):
+                # A commit proves the member is alive, as a heartbeat does.
+                self._membership.schedule_heartbeat(member)
+        now = self._ctx.clock()
+        expire = None if retention_time_ms < 0 else now + retention_time_ms
+        return self._offset_records(group_id, offsets, now, expire)
+
+    def txn_commit_offsets(
+        self,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> CoordinatorResult[dict[TopicPartition, ErrorCode]]:
+        """TxnOffsetCommit. The broker writes the records as a transactional batch of
+        ``producer_id``/``producer_epoch`` and replays them with ``transactional=True``: they
+        stay pending until the transaction's marker (:meth:`complete_transaction`).
+
+        KIP-447 fencing (v3+ carry the group metadata): an unknown group with a generation is
+        ILLEGAL_GENERATION; a member no longer in the group UNKNOWN_MEMBER_ID (or
+        FENCED_INSTANCE_ID for a replaced static member); a stale generation ILLEGAL_GENERATION.
+        """
+        del transactional_id, producer_id, producer_epoch  # identify the batch, not validated here
+        if self._ctx.loading:
+            return self._fail_all(offsets, ErrorCode.coordinator_load_in_progress)
+        group = self._membership.group(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return self._fail_all(offsets, ErrorCode.illegal_generation)
+        else:
+            error = group.validate_offset_commit(
+                generation_id, member_id, group_instance_id, transactional=True
+            )
+            if error is not None:
+                return self._fail_all(offsets, error)
+        return self._offset_records(group_id, offsets, self._ctx.clock(), None)
+
+    def _offset_records(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        now_ms: int,
+        expire_ms: int | None,
+    ) -> CoordinatorResult[dict[TopicPartition, ErrorCode]]:
+        records: list[Record] = []
+        response: dict[TopicPartition, ErrorCode] = {}
+        limit = self._ctx.config.offset_metadata_max_bytes
+        for tp, value in offsets.items():
+            if len(value.metadata.encode("utf-8")) > limit:
+                response[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            stored = OffsetAndMetadata(
+                offset=value.offset,
+                leader_epoch=value.leader_epoch,
+                metadata=value.metadata,
+                commit_timestamp_ms=now_ms,
+                expire_timestamp_ms=expire_ms,
+            )
+            key = encode_offset_commit_key(group_id, tp[0], tp[1])
+            records.append((key, encode_offset_commit_value(stored)))
+            response[tp] = ErrorCode.none
+        return CoordinatorResult(records, response)
+
+    @staticmethod
+    def _fail_all(
+        offsets: Mapping[TopicPartition, OffsetAndMetadata], error: ErrorCode
+    ) -> CoordinatorResult[dict[TopicPartition, ErrorCode]]:
+        return CoordinatorResult([], dict.fromkeys(offsets, error))
+
+    def fetch_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None,
+        require_stable: bool = False,
+    ) -> dict[TopicPartition, OffsetFetchEntry]:
+        """OffsetFetch: committed offsets (offset -1 when none); ``partitions`` None = all.
+
+        With ``require_stable`` a partition with pending transactional offsets answers
+        UNSTABLE_OFFSET_COMMIT (the client retries until the transaction completes).
+        Raises CoordinatorLoadInProgressError while loading (a group-level error).
+        """
+        if self._ctx.loading:
+            raise CoordinatorLoadInProgressError(f"offsets of {group_id!r} are loading")
+        group = self._membership.group(group_id)
+        committed = {} if group is None else self._offsets.committed(group_id)
+        wanted = sorted(committed) if partitions is None else list(partitions)
+        out: dict[TopicPartition, OffsetFetchEntry] = {}
+        for tp in wanted:
+            if require_stable and self._offsets.has_pending(group_id, tp):
+                out[tp] = OffsetFetchEntry(error=ErrorCode.unstable_offset_commit)
+                continue
+            value = committed.get(tp)
+            if value is None:
+                out[tp] = OffsetFetchEntry()
+            else:
+                out[tp] = OffsetFetchEntry(value.offset, value.leader_epoch, value.metadata)
+        return out
+
+    def delete_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> CoordinatorResult[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]:
+        """OffsetDelete: allowed for empty groups, and for topics a consumer group does not
+        subscribe to (GROUP_SUBSCRIBED_TO_TOPIC otherwise)."""
+        if self._ctx.loading:
+            return CoordinatorResult([], (ErrorCode.coordinator_load_in_progress, {}))
+        group = self._membership.group(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return CoordinatorResult([], (ErrorCode.group_id_not_found, {}))
+        if not group.is_in(GroupState.EMPTY) and not group.uses_consumer_protocol:
+            return CoordinatorResult([], (ErrorCode.non_empty_group, {}))
+        records: list[Record] = []
+        errors: dict[TopicPartition, ErrorCode] = {}
+        check_subscription = not group.is_in(GroupState.EMPTY)
+        for tp in dict.fromkeys(partitions):
+            if check_subscription and group.is_subscribed_to_topic(tp[0]):
+                errors[tp] = ErrorCode.group_subscribed_to_topic
+                continue
+            if self._offsets.get(group_id, tp) is not None or self._offsets.has_pending(
+                group_id, tp
+            ):
+                records.append(self._tombstone(group_id, tp))
+            errors[tp] = ErrorCode.none
+        return CoordinatorResult(records, (ErrorCode.none, errors))
+
+    def delete_all_offsets(self, group_id: str) -> list[Record]:
+        """Tombstones for every offset of a group, committed or pending (DeleteGroups)."""
+        partitions = set(self._offsets.committed(group_id))
+        partitions |= self._offsets.pending_partitions(group_id)
+        return [self._tombstone(group_id, tp) for tp in sorted(partitions)]
+
+    def cleanup_expired_offsets(self, group: ClassicGroup, records: list[Record]) -> bool:
+        """Append tombstones for the group's offsets past ``offsets.retention.ms``; True when
+        none is left (and no transaction holds pending offsets), so the group may go too."""
+        now = self._ctx.clock()
+        retention = self._ctx.config.offsets_retention_ms
+        group_id = group.group_id
+        all_expired = True
+        base = self._expiration_base(group)
+        for tp, value in sorted(self._offsets.committed(group_id).items()):
+            if base is None or (
+                group.is_in(GroupState.STABLE) and group.is_subscribed_to_topic(tp[0])
+            ):
+                all_expired = False
+                continue
+            if value.expire_timestamp_ms is not None:
+                expired = now >= value.expire_timestamp_ms
+            else:
+                expired = now - base(value) >= retention
+            if expired and not self._offsets.has_pending(group_id, tp):
+                records.append(self._tombstone(group_id, tp))
+            else:
+                all_expired = False
+        return all_expired and not self._offsets.has_open_transactions(group_id)
+
+    @staticmethod
+    def _expiration_base(group: ClassicGroup) -> Callable[[OffsetAndMetadata], int] | None:
+        """From when an offset's retention counts, per Kafka's rules; None: never expires."""
+        if group.protocol_type is None:
+            # A simple group (commits only): from the last commit.
+            return lambda value: value.commit_timestamp_ms
+        if group.is_in(GroupState.EMPTY):
+            # From when the group became empty.
+            return lambda value: group.state_timestamp_ms
+        if (
+            group.uses_consumer_protocol
+            and group.is_in(GroupState.STABLE)
+            and group.subscribed_topics() is not None
+        ):
+            # Topics no member subscribes to any more: from the last commit.
+            return lambda value: value.commit_timestamp_ms
+        return None
+
+    @staticmethod
+    def _tombstone(group_id: str, tp: TopicPartition) -> Record:
+        return (encode_offset_commit_key(group_id, tp[0], tp[1]), None)
+
+    # -- replay ---------------------------------------------------------------------------
+
+    def replay_commit(
+        self,
+        key: OffsetCommitKey,
+        value: bytes | None,
+        producer_id: int = -1,
+        transactional: bool = False,
+    ) -> None:
+        """Apply one OffsetCommit record (None value: its tombstone).
+
+        Raises OffsetsRecordError for a value that cannot be decoded.
+        """
+        tp = (key.topic, key.partition)
+        if value is None:
+            self._offsets.replay_commit(key.group, tp, None)
+            return
+        offset = decode_offset_commit_value(value)
+        self._membership.get_or_create_group(key.group)
+        self._offsets.replay_commit(key.group, tp, offset, producer_id, transactional)
+
+    def state_batches(self) -> list[tuple[list[Record], int | None]]:
+        """Records that replay to the current offsets, for rewriting the log: runs of plain
+        records (producer id None) and of one open transaction's records (its producer id,
+        written as that producer's transactional batch so that its marker still applies)."""
+        batches: list[tuple[list[Record], int | None]] = []
+        for group_id, tp, value, producer_id in self._offsets.entries():
+            record = (
+                encode_offset_commit_key(group_id, tp[0], tp[1]),
+                encode_offset_commit_value(value),
+            )
+            if batches and batches[-1][1] == producer_id:
+                batches[-1][0].append(record)
+            else:
+                batches.append(([record], producer_id))
+        return batches
+
+    def complete_transaction(self, producer_id: int, committed: bool) -> None:
+        """Replay a transaction marker on the offsets log: COMMIT makes the producer's pending
+        offsets visible, ABORT drops them."""
+        self._offsets.replay_end_transaction(producer_id, committed)
