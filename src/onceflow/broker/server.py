@@ -27,7 +27,7 @@ from onceflow.broker.durability import (
 )
 from onceflow.broker.faults import raise_point
 from onceflow.broker.log_limit import RateLimitedLog
-from onceflow.broker.malloc import use_mmap_for_large_buffers
+from onceflow.broker.malloc import HeapTrimmer
 from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.partition import Partition
 from onceflow.broker.storage_failure import halt, halt_on_storage_error
@@ -93,6 +93,7 @@ class Broker:
             config.max_connections_per_ip_overrides,
         )
         self.request_memory = MemoryPool(config.queued_max_request_bytes)
+        self.heap = HeapTrimmer()
         self.port = config.port
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -136,6 +137,7 @@ class Broker:
         for connection in connections:
             connection.abort()
         await asyncio.gather(*(c.closed() for c in connections))
+        self.heap.cancel()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -208,6 +210,7 @@ class Broker:
         if connection in self._connections:
             self._connections.discard(connection)
             self.quotas.release(connection.host)
+            self.heap.request()  # what its buffers held goes back to the OS (malloc.py)
 
     # -- supervised background tasks ---------------------------------------------------------
 
@@ -439,7 +442,6 @@ async def serve_forever(config: BrokerConfig) -> None:
     # As the JVM does for Kafka: soft RLIMIT_NOFILE up to the hard limit, then the log
     # layer's share of it (file_handles.py); connections and the rest get the remainder.
     configure_file_handles(capacity_for_limit(raise_open_files_limit()))
-    use_mmap_for_large_buffers()
     broker = Broker(config)
     await broker.start()
     stop = asyncio.Event()
