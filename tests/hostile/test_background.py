@@ -25,18 +25,9 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.broker.test_confluent_client import create_topic
 from tests.broker.test_hostile_input import WAIT, WireClient, good_batch, produce_errors
+from tests.spark.kafka_io import wait_for
 
 DEADLINE = 30.0  # seconds a background loop may take to show its work
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def produce_to(topics: dict[str, bytes]) -> ProduceRequest:
@@ -176,12 +167,13 @@ def test_session_expiry_survives_an_exception_in_the_group_timer(
     )
     assert joined.error_code == ErrorCode.none
     assert len(describe_group(client, "g").members) == 1
-    wait_until(
+    wait_for(
         lambda: any("background task group-timer failed" in line for line in broker.output),
+        DEADLINE,
         "the injected exception",
     )
     # The member never syncs nor heartbeats: the timer loop, alive, expires it.
-    wait_until(lambda: describe_group(client, "g").group_state == "Empty", "session expiry")
+    wait_for(lambda: describe_group(client, "g").group_state == "Empty", DEADLINE, "session expiry")
     assert describe_group(client, "g").members == ()
     client.close()
     alive(broker)
@@ -214,7 +206,7 @@ def test_transaction_timeout_survives_an_exception_in_its_loop(
         request = DescribeTransactionsRequest(transactional_ids=("hangs",))
         return client.call(request).transaction_states[0].transaction_state
 
-    wait_until(lambda: state() == "CompleteAbort", "the timed-out transaction's abort")
+    wait_for(lambda: state() == "CompleteAbort", DEADLINE, "the timed-out transaction's abort")
     assert any("background task transaction-timeout failed" in line for line in broker.output)
     client.close()
     produce_all(broker.bootstrap, "hanging", [b"after"])
@@ -239,7 +231,7 @@ def test_retention_survives_an_exception_in_its_loop(
             low, _ = consumer.get_watermark_offsets(TopicPartition("short", 0), timeout=WAIT)
             return low
 
-        wait_until(lambda: log_start() > 0, "retention to delete a segment")
+        wait_for(lambda: log_start() > 0, DEADLINE, "retention to delete a segment")
     finally:
         consumer.close()
     assert any("background task retention failed" in line for line in broker.output)
