@@ -201,11 +201,14 @@ def produce_batch(
     base_sequence: int,
     values: list[bytes],
     transactional_id: str | None = None,
+    timestamp: int | None = None,
 ) -> tuple[ErrorCode, int]:
     """Produce (v8, acks=all) one batch of the given producer over a raw connection, as a
     client would send it (transactional when `transactional_id` is set): (error, base offset).
+    A retry is the same batch: the same values and `timestamp` (the broker checks its CRC).
     """
-    now = int(time.time() * 1000)  # producer state expires by batch timestamps, as Kafka's
+    # producer state expires by batch timestamps, as Kafka's
+    now = int(time.time() * 1000) if timestamp is None else timestamp
     batch = build_batch(
         [(None, v, (), now) for v in values],
         producer_id=producer_id,

@@ -178,23 +178,27 @@ def test_duplicates_are_caught_across_restarts(
     tp = (topic_name, 0)
     error, pid, epoch = init_producer_id(bootstrap)
     assert error == ErrorCode.none
+    now = int(time.time() * 1000)
     batches = [(0, [b"a0", b"a1", b"a2"], 0), (3, [b"b0", b"b1"], 3)]
     for seq, values, offset in batches:
-        assert produce_batch(bootstrap, tp, pid, epoch, seq, values) == (OK, offset)
+        assert produce_batch(bootstrap, tp, pid, epoch, seq, values, timestamp=now) == (OK, offset)
 
     broker.kill()
     broker.start()
     for seq, values, offset in batches:  # retries: answered, not appended
-        assert produce_batch(bootstrap, tp, pid, epoch, seq, values) == (OK, offset)
+        assert produce_batch(bootstrap, tp, pid, epoch, seq, values, timestamp=now) == (OK, offset)
     error, _ = produce_batch(bootstrap, tp, pid, epoch, 9, [b"gap"])
     assert error == ErrorCode.out_of_order_sequence_number
     batches.append((5, [b"c0"], 5))
-    assert produce_batch(bootstrap, tp, pid, epoch, 5, [b"c0"]) == (OK, 5)
+    assert produce_batch(bootstrap, tp, pid, epoch, 5, [b"c0"], timestamp=now) == (OK, 5)
+    # the same sequences with other records are not a retry (tests/eos/test_sequence_reuse.py)
+    error, _ = produce_batch(bootstrap, tp, pid, epoch, 5, [b"other"], timestamp=now)
+    assert error == ErrorCode.out_of_order_sequence_number
 
     assert broker.stop() == 0
     broker.start()
     for seq, values, offset in batches:
-        assert produce_batch(bootstrap, tp, pid, epoch, seq, values) == (OK, offset)
+        assert produce_batch(bootstrap, tp, pid, epoch, seq, values, timestamp=now) == (OK, offset)
     # KIP-360: the producer may bump its own epoch and restart at sequence 0; the old epoch is
     # then fenced.
     assert produce_batch(bootstrap, tp, pid, epoch + 1, 0, [b"d0"]) == (OK, 6)

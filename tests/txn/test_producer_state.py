@@ -11,6 +11,7 @@ from onceflow.records.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_SEQUENCE,
+    TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
     BatchHeader,
 )
@@ -34,7 +35,15 @@ T0 = 1_700_000_000_000
 
 
 def data(
-    pid: int, epoch: int, seq: int, count: int = 1, *, txn: bool = False, ts: int = T0
+    pid: int,
+    epoch: int,
+    seq: int,
+    count: int = 1,
+    *,
+    txn: bool = False,
+    ts: int = T0,
+    crc: int = 0,
+    attributes: int = 0,
 ) -> BatchHeader:
     """A data batch header as a client sends it (base offset 0)."""
     return BatchHeader(
@@ -42,8 +51,8 @@ def data(
         batch_length=HEADER_SIZE - LOG_OVERHEAD + 10 * count,
         partition_leader_epoch=-1,
         magic=2,
-        crc=0,
-        attributes=TRANSACTIONAL_FLAG if txn else 0,
+        crc=crc,
+        attributes=attributes | (TRANSACTIONAL_FLAG if txn else 0),
         last_offset_delta=count - 1,
         base_timestamp=ts,
         max_timestamp=ts,
@@ -152,6 +161,29 @@ def test_a_duplicate_needs_the_exact_sequence_range(part: Partition) -> None:
     part.produce(data(1, 0, 3, 3))
     with pytest.raises(OutOfOrderSequenceError):
         part.psm.check_append(data(1, 0, 3, 2))  # same first sequence, other last sequence
+
+
+def test_reused_sequences_for_other_records_are_out_of_order(part: Partition) -> None:
+    """librdkafka's abort_transaction() can number new records with the sequences of records
+    it purged after sending them: a duplicate by sequence with another CRC is refused, not
+    acknowledged with the offsets of the records it does not hold (Kafka would)."""
+    assert part.produce(data(1, 0, 0, 3, txn=True, crc=111)) == (0, 2)
+    part.marker(1, 0, commit=False)
+    before = part.psm.snapshot()
+    with pytest.raises(OutOfOrderSequenceError, match=r"reused sequences 0\.\.2"):
+        part.psm.check_append(data(1, 0, 0, 3, txn=True, crc=222))
+    assert part.psm.snapshot() == before
+    # the real retry still gets its original offsets
+    assert part.produce(data(1, 0, 0, 3, txn=True, crc=111)) == DuplicateBatch(0, 2, T0)
+
+
+def test_a_log_append_time_batch_is_deduplicated_by_sequence_alone(part: Partition) -> None:
+    """The broker rewrites a LogAppendTime batch's CRC, so its cached CRC is not the one the
+    producer sent: only the sequences can tell its retry (Kafka's rule)."""
+    appended = data(1, 0, 0, 2, crc=999, attributes=TIMESTAMP_TYPE_MASK)  # as the log holds it
+    part.psm.on_append(appended)
+    assert part.psm.batch_metadata(1)[0].crc is None
+    assert part.psm.check_append(data(1, 0, 0, 2, crc=5)) == DuplicateBatch(0, 1, T0)
 
 
 def test_lower_epoch_is_invalid_producer_epoch(part: Partition) -> None:

@@ -3,9 +3,10 @@
 `ONCEFLOW_CRASH_AT=name[:n]` in the broker's environment makes it SIGKILL itself the n-th time
 (default 1st) it reaches the named point, so a test can crash it at an exact step of a protocol
 (between a transaction's decision and its markers, after part of its markers, after an append
-that is durable but not yet acknowledged). `ONCEFLOW_DELAY_AT=name:ms` holds the broker's work
-at a delay point that long each time, so a test can look at the state in between (a decided
-transaction whose markers are not written yet). `ONCEFLOW_RAISE_AT=name[:n]` makes the n-th
+that is durable but not yet acknowledged). `ONCEFLOW_DELAY_AT=name:ms[:n]` holds the broker's
+work at a delay point that long, the first n times (default every time), so a test can look at
+the state in between (a decided transaction whose markers are not written yet) or make a
+client time out once. `ONCEFLOW_RAISE_AT=name[:n]` makes the n-th
 (default 1st) pass through a raise point raise InjectedFaultError once, so a test can show that
 a background task survives an exception, or what a failure half-way leaves. Unset, each costs
 one comparison.
@@ -49,17 +50,24 @@ DELAY_POINTS = frozenset(
     {
         "txn.before-markers",  # decided (Prepare* durable), no marker yet
         "commit.before-round",  # a group-commit round gathered its logs, none prepared yet
+        "produce.before-response",  # appended and durable, the producer not yet answered
     }
 )
 
-_delay_name, _, _delay_ms = os.environ.get("ONCEFLOW_DELAY_AT", "").partition(":")
+_delay_name, _, _delay_spec = os.environ.get("ONCEFLOW_DELAY_AT", "").partition(":")
+_delay_ms, _, _delay_count = _delay_spec.partition(":")
+_delays_left = int(_delay_count) if _delay_count else None  # None: every time
 if _delay_name and _delay_name not in DELAY_POINTS:
     raise ValueError(f"ONCEFLOW_DELAY_AT names unknown delay point {_delay_name!r}")
 
 
 async def delay_point(name: str) -> None:
-    if name == _delay_name:
-        await asyncio.sleep(int(_delay_ms or 0) / 1000)
+    global _delays_left
+    if name != _delay_name or _delays_left == 0:
+        return
+    if _delays_left is not None:
+        _delays_left -= 1
+    await asyncio.sleep(int(_delay_ms or 0) / 1000)
 
 
 RAISE_POINTS = frozenset(

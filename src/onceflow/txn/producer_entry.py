@@ -3,6 +3,11 @@
 Kafka's ProducerStateEntry and BatchMetadata. The batch cache is ordered oldest first, holds at
 most NUM_BATCHES_TO_RETAIN batches of the current epoch and is cleared when the epoch changes;
 a retried batch is a duplicate only if it matches one of them exactly.
+
+Beyond Kafka, each cached batch keeps the CRC its producer sent: a retry carries the same bytes,
+so a batch with a cached sequence range but another CRC is not a retry but the producer reusing
+sequence numbers (librdkafka does, see ProducerStateManager.check_append). Kafka would answer it
+as a duplicate, and its records would be lost while acknowledged.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ class BatchMetadata:
     last_offset: int
     offset_delta: int  # last offset - first offset of the batch
     timestamp: int  # the batch's max timestamp
+    # The CRC the producer sent (None: unknown, as for a LogAppendTime batch, whose CRC the
+    # broker rewrote, or one restored from a snapshot written before CRCs were kept).
+    crc: int | None = None
 
     @property
     def first_sequence(self) -> int:
@@ -49,6 +57,10 @@ class BatchMetadata:
     @property
     def first_offset(self) -> int:
         return self.last_offset - self.offset_delta
+
+    def is_retried_by(self, crc: int) -> bool:
+        """Whether a batch with this batch's sequence range and `crc` can be its retry."""
+        return self.crc is None or self.crc == crc
 
 
 class ProducerStateEntry:

@@ -1,12 +1,13 @@
 """The byte format of a producer-state snapshot (Kafka's `<offset>.snapshot` files).
 
 Layout, big-endian:
-  int16 version (1) | uint32 CRC-32C of every byte after it | int64 map end offset
+  int16 version (2) | uint32 CRC-32C of every byte after it | int64 map end offset
   | int32 producer count | per producer:
     int64 producer id | int16 epoch | int32 coordinator epoch | int64 last timestamp
     | int64 open transaction's first offset (-1) | int64 its start timestamp (-1)
     | int8 cached batch count (0..5) | per batch:
       int32 last sequence | int64 last offset | int32 offset delta | int64 timestamp
+      | int64 the CRC its producer sent (-1: unknown; absent in version 1, still read)
 
 Unlike Kafka's v1, which keeps only the last batch per producer, every cached batch is kept,
 so a client retrying any of its last five batches across a restart still gets its original
@@ -24,13 +25,15 @@ from crc32c import crc32c
 from onceflow.txn.errors import CorruptSnapshotError
 from onceflow.txn.producer_entry import NUM_BATCHES_TO_RETAIN, BatchMetadata, ProducerStateEntry
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 SNAPSHOT_SUFFIX = ".snapshot"
 
 _PREFIX = struct.Struct(">hI")  # version, crc
 _BODY_HEADER = struct.Struct(">qi")  # map end offset, producer count
 _ENTRY = struct.Struct(">qhiqqqb")
-_BATCH = struct.Struct(">iqiq")
+_BATCHES = {1: struct.Struct(">iqiq"), 2: struct.Struct(">iqiqq")}
+_BATCH = _BATCHES[SNAPSHOT_VERSION]
+_NO_CRC = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +66,13 @@ def encode_snapshot(map_end_offset: int, entries: Iterable[ProducerStateEntry]) 
             )
         )
         parts.extend(
-            _BATCH.pack(b.last_sequence, b.last_offset, b.offset_delta, b.timestamp)
+            _BATCH.pack(
+                b.last_sequence,
+                b.last_offset,
+                b.offset_delta,
+                b.timestamp,
+                _NO_CRC if b.crc is None else b.crc,
+            )
             for b in batches
         )
     body = b"".join(parts)
@@ -76,19 +85,19 @@ def decode_snapshot(data: bytes | bytearray | memoryview) -> ProducerSnapshot:
     if len(view) < _PREFIX.size + _BODY_HEADER.size:
         raise CorruptSnapshotError(f"snapshot of {len(view)} bytes is too short")
     version, crc = _PREFIX.unpack_from(view, 0)
-    if version != SNAPSHOT_VERSION:
+    if version not in _BATCHES:
         raise CorruptSnapshotError(f"unknown producer snapshot version {version}")
     body = view[_PREFIX.size :]
     computed = crc32c(body)
     if computed != crc:
         raise CorruptSnapshotError(f"snapshot CRC mismatch: stored {crc}, computed {computed}")
     try:
-        return _decode_body(body)
+        return _decode_body(body, _BATCHES[version])
     except struct.error as exc:
         raise CorruptSnapshotError(f"truncated producer snapshot: {exc}") from exc
 
 
-def _decode_body(body: memoryview) -> ProducerSnapshot:
+def _decode_body(body: memoryview, batch_format: struct.Struct) -> ProducerSnapshot:
     map_end_offset, count = _BODY_HEADER.unpack_from(body, 0)
     if count < 0:
         raise CorruptSnapshotError(f"negative producer count {count}")
@@ -107,8 +116,13 @@ def _decode_body(body: memoryview) -> ProducerSnapshot:
         seen.add(producer_id)
         batches = []
         for _ in range(n_batches):
-            batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
-            pos += _BATCH.size
+            last_sequence, last_offset, delta, timestamp, *crc = batch_format.unpack_from(body, pos)
+            pos += batch_format.size
+            known = crc and crc[0] != _NO_CRC
+            batch = BatchMetadata(
+                last_sequence, last_offset, delta, timestamp, crc[0] if known else None
+            )
+            batches.append(batch)
         entries.append(
             ProducerStateEntry(
                 producer_id, epoch, coordinator_epoch, last_ts, txn_first, txn_start, batches

@@ -136,6 +136,16 @@ class ProducerStateManager:
         if origin is AppendOrigin.CLIENT and entry is not None:
             cached = entry.find_duplicate(epoch, header.base_sequence, header.last_sequence)
             if cached is not None:
+                if not header.is_log_append_time and not cached.is_retried_by(header.crc):
+                    # librdkafka's abort_transaction() purges messages queued for a retry
+                    # (sent, maybe written) and numbers the next ones from theirs, in the
+                    # same epoch. Answered as a duplicate, those new records would be lost
+                    # though acknowledged; out of order, the client aborts and bumps its epoch.
+                    raise OutOfOrderSequenceError(
+                        f"producer {producer_id} epoch {epoch} reused sequences "
+                        f"{header.base_sequence}..{header.last_sequence} for other records "
+                        f"(those of offsets {cached.first_offset}..{cached.last_offset})"
+                    )
                 return DuplicateBatch(cached.first_offset, cached.last_offset, cached.timestamp)
 
         if header.is_transactional and not self.has_ongoing_transaction(producer_id, epoch):
@@ -252,7 +262,11 @@ class ProducerStateManager:
             return
         entry = self._entry(producer_id)
         metadata = BatchMetadata(
-            header.last_sequence, header.last_offset, header.last_offset_delta, header.max_timestamp
+            header.last_sequence,
+            header.last_offset,
+            header.last_offset_delta,
+            header.max_timestamp,
+            None if header.is_log_append_time else header.crc,
         )
         entry.add_batch(header.producer_epoch, metadata)
         if header.is_transactional and not entry.has_open_transaction:

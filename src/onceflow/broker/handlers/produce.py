@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.dispatch import api
 from onceflow.broker.durability import PartitionsNotDurableError
-from onceflow.broker.faults import crash_point
+from onceflow.broker.faults import crash_point, delay_point
 from onceflow.log.errors import DescriptorsExhaustedError
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
@@ -225,6 +225,7 @@ async def _after(durable: asyncio.Future[None], response: Any) -> Any:
         # Those partitions answer their error (deleted, or not yet synced); the others stand.
         response = _with_errors(response, e.errors)
     crash_point("produce.before-response")
+    await delay_point("produce.before-response")
     return response
 
 

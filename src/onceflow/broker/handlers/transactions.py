@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import inspect
+import logging
 from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,8 @@ from onceflow.txn.coordinator import InitProducerIdResponse, error_for_version
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
+
+log = logging.getLogger(__name__)
 
 ZERO = datetime.timedelta(0)
 
@@ -89,6 +92,14 @@ async def _init_response(broker: Broker, request: Request, result: Any) -> Any:
         answer = await broker.transactions.run(result)
     except CoordinatorUnavailableError as e:
         answer = InitProducerIdResponse(e.error_code)
+    if answer.error == ErrorCode.none and request.body.transactional_id:
+        # As Kafka logs it: the epochs a transactional id was given, for post-mortems.
+        log.info(
+            "initialized transactional id %r with producer id %d and epoch %d",
+            request.body.transactional_id,
+            answer.producer_id,
+            answer.producer_epoch,
+        )
     return _init_answer(request, answer)
 
 
