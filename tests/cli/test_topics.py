@@ -90,3 +90,60 @@ def test_bad_arguments_exit_2_with_one_line(run: Run, bootstrap: str, topic: str
         assert outcome.exit_code == 2, (args, outcome.stderr)
         assert expected in outcome.assert_one_error_line(), (args, outcome.stderr)
     assert topic not in run("topics", "list", "-b", bootstrap).lines
+
+
+def test_alter_sets_and_deletes_configs(run: Run, bootstrap: str, topic: str) -> None:
+    run("topics", "create", topic, "-b", bootstrap)
+    altered = run(
+        "topics",
+        "alter",
+        topic,
+        "--add-config",
+        "cleanup.policy=[compact,delete]",
+        "--add-config",
+        "retention.ms=3600000",
+        "-b",
+        bootstrap,
+    )
+    assert altered.exit_code == 0, altered.stderr
+    assert altered.stdout.strip() == f"Completed updating config for topic {topic}."
+    header = run("topics", "describe", topic, "-b", bootstrap).lines[0]
+    assert "cleanup.policy=compact,delete" in header and "retention.ms=3600000" in header
+
+    deleted = run("topics", "alter", topic, "--delete-config", "retention.ms", "-b", bootstrap)
+    assert deleted.exit_code == 0, deleted.stderr
+    header = run("topics", "describe", topic, "-b", bootstrap).lines[0]
+    assert "retention.ms=" not in header and "cleanup.policy=compact,delete" in header
+
+
+def test_alter_errors_are_one_line(run: Run, bootstrap: str, topic: str) -> None:
+    run("topics", "create", topic, "-b", bootstrap)
+    usage = {
+        ("topics", "alter", topic): "Nothing to alter",
+        ("topics", "alter", topic, "--add-config", "retention.ms"): "expected KEY=VALUE",
+        (
+            "topics",
+            "alter",
+            topic,
+            "--add-config",
+            "retention.ms=1",
+            "--delete-config",
+            "retention.ms",
+        ): "both added and deleted",
+    }
+    for args, expected in usage.items():
+        outcome = run(*args, "-b", bootstrap)
+        assert outcome.exit_code == 2, (args, outcome.stderr)
+        assert expected in outcome.assert_one_error_line(), (args, outcome.stderr)
+
+    refused = run("topics", "alter", topic, "--add-config", "cleanup.policy=shred", "-b", bootstrap)
+    assert refused.exit_code == 1
+    line = refused.assert_one_error_line()
+    assert line.startswith(f"Error: Cannot alter configs of topic '{topic}': ")
+    assert "shred" in line and "INVALID_CONFIG" in line
+
+    missing = run(
+        "topics", "alter", f"{topic}-x", "--add-config", "retention.ms=1", "-b", bootstrap
+    )
+    assert missing.exit_code == 1
+    assert missing.assert_one_error_line() == f"Error: Topic '{topic}-x' does not exist."

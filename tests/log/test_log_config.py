@@ -10,9 +10,13 @@ def test_defaults_are_kafkas():
     config = LogConfig()
     assert config.to_kafka_configs() == {
         "cleanup.policy": "delete",
+        "delete.retention.ms": "86400000",
         "index.interval.bytes": "4096",
+        "max.compaction.lag.ms": "9223372036854775807",
         "max.message.bytes": "1048588",
         "message.timestamp.type": "CreateTime",
+        "min.cleanable.dirty.ratio": "0.5",
+        "min.compaction.lag.ms": "0",
         "retention.bytes": "-1",
         "retention.ms": "604800000",
         "segment.bytes": "1073741824",
@@ -50,8 +54,6 @@ def test_parses_over_a_base():
 @pytest.mark.parametrize(
     "configs",
     [
-        {"cleanup.policy": "compact"},
-        {"cleanup.policy": "compact,delete"},
         {"no.such.config": "1"},
         {"segment.bytes": "big"},
         {"segment.bytes": "10"},
@@ -65,3 +67,69 @@ def test_rejects_what_the_log_cannot_honour(configs):
     with pytest.raises(LogConfigError) as raised:
         LogConfig.from_kafka_configs(configs)
     assert isinstance(raised.value, ValueError)  # callers may catch ValueError
+
+
+@pytest.mark.parametrize(
+    ("raw", "policy"),
+    [
+        ("delete", ("delete",)),
+        ("compact", ("compact",)),
+        ("compact,delete", ("compact", "delete")),
+        ("delete,compact", ("delete", "compact")),
+        (" compact ,\tdelete ", ("compact", "delete")),
+        ("", ()),  # ValidList.in allows the empty list: neither deleted nor compacted
+    ],
+)
+def test_cleanup_policy_as_kafkas_validator_accepts_it(raw, policy):
+    config = LogConfig.from_kafka_configs({"cleanup.policy": raw})
+    assert config.cleanup_policy == policy
+    assert config.compact == ("compact" in policy)
+    assert config.delete == ("delete" in policy)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("Compact", "String must be one of: compact, delete"),
+        ("compact;delete", "String must be one of: compact, delete"),
+        ("compact,", "values must not be empty"),
+        ("compact,,delete", "values must not be empty"),
+        ("delete,delete", "values must not be duplicated"),
+    ],
+)
+def test_cleanup_policy_refusals(raw, message):
+    with pytest.raises(LogConfigError, match=message):
+        LogConfig.from_kafka_configs({"cleanup.policy": raw})
+
+
+def test_compaction_settings_are_parsed_with_kafkas_types_and_ranges():
+    config = LogConfig.from_kafka_configs(
+        {
+            "min.cleanable.dirty.ratio": "0.25",
+            "min.compaction.lag.ms": "1000",
+            "max.compaction.lag.ms": "60000",
+            "delete.retention.ms": "0",
+        }
+    )
+    assert config.min_cleanable_dirty_ratio == 0.25
+    assert config.min_compaction_lag_ms == 1000 and config.max_compaction_lag_ms == 60000
+    assert config.delete_retention_ms == 0
+    assert LogConfig.from_kafka_configs(config.to_kafka_configs()) == config
+
+
+@pytest.mark.parametrize(
+    "configs",
+    [
+        {"min.cleanable.dirty.ratio": "1.5"},
+        {"min.cleanable.dirty.ratio": "NaN"},
+        {"min.compaction.lag.ms": "-1"},
+        {"max.compaction.lag.ms": "0"},
+        {"delete.retention.ms": "-1"},
+        {"delete.retention.ms": str(1 << 63)},  # LONG
+        # LogConfig.validateValues: the pair conflicts
+        {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"},
+    ],
+)
+def test_compaction_settings_refusals(configs):
+    with pytest.raises(LogConfigError):
+        LogConfig.from_kafka_configs(configs)

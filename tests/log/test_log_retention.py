@@ -112,3 +112,23 @@ def test_deleted_segments_stay_deleted_after_reopen(open_log, clock):
     log = open_log(config)
     assert log.log_start_offset == 2
     assert log.read(2, 1000).data == last[1]
+
+
+@pytest.mark.parametrize("policy", [("compact",), ()])
+def test_retention_only_applies_to_a_delete_policy(open_log, clock, policy):
+    # Kafka's UnifiedLog.deleteOldSegments: without `delete`, retention never removes data
+    # (a compact-only topic is shortened by the cleaner alone).
+    log = open_log(LogConfig(retention_ms=HOUR, retention_bytes=0, cleanup_policy=policy))
+    append_at(log, clock.now_ms - 30 * HOUR)
+    log.roll()
+    append_at(log, clock.now_ms)
+    assert log.delete_expired_segments() == 0
+    assert log.log_start_offset == 0
+
+
+def test_compact_delete_applies_retention(open_log, clock):
+    log = open_log(LogConfig(retention_ms=HOUR, cleanup_policy=("compact", "delete")))
+    append_at(log, clock.now_ms - 30 * HOUR)
+    log.roll()
+    append_at(log, clock.now_ms)
+    assert log.delete_expired_segments() == 1

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from onceflow.log.config import parse_cleanup_policy
+from onceflow.log.errors import LogConfigError
+
 
 class ConfigError(ValueError):
     """A setting that does not exist or has a value of the wrong kind."""
@@ -38,6 +41,22 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = _kafka("log.retention.check.interval.ms", 300_000)
     log_index_interval_bytes: int = _kafka("log.index.interval.bytes", 4096)
     log_message_timestamp_type: str = _kafka("log.message.timestamp.type", "CreateTime")
+    # Defaults for the topics' cleanup.policy and compaction settings (a topic's own value wins).
+    # Until the log cleaner lands, `compact` only refuses keyless records at Produce and keeps
+    # retention off for topics without `delete`: nothing is compacted yet.
+    log_cleanup_policy: str = _kafka("log.cleanup.policy", "delete")
+    log_cleaner_enable: bool = _kafka("log.cleaner.enable", True)
+    # Kafka allows several; onceflow's cleaner is one background task, so only 1 is accepted.
+    log_cleaner_threads: int = _kafka("log.cleaner.threads", 1)
+    log_cleaner_backoff_ms: int = _kafka("log.cleaner.backoff.ms", 15_000)
+    log_cleaner_dedupe_buffer_size: int = _kafka("log.cleaner.dedupe.buffer.size", 134_217_728)
+    log_cleaner_io_buffer_load_factor: float = _kafka("log.cleaner.io.buffer.load.factor", 0.9)
+    log_cleaner_min_cleanable_ratio: float = _kafka("log.cleaner.min.cleanable.ratio", 0.5)
+    log_cleaner_delete_retention_ms: int = _kafka("log.cleaner.delete.retention.ms", 86_400_000)
+    log_cleaner_min_compaction_lag_ms: int = _kafka("log.cleaner.min.compaction.lag.ms", 0)
+    log_cleaner_max_compaction_lag_ms: int = _kafka(
+        "log.cleaner.max.compaction.lag.ms", (1 << 63) - 1
+    )
     group_initial_rebalance_delay_ms: int = _kafka("group.initial.rebalance.delay.ms", 3000)
     group_min_session_timeout_ms: int = _kafka("group.min.session.timeout.ms", 6000)
     group_max_session_timeout_ms: int = _kafka("group.max.session.timeout.ms", 1_800_000)
@@ -60,6 +79,9 @@ class BrokerConfig:
     # event loop with requests, so a burst waits in the backlog (Linux caps it at somaxconn,
     # 4096 by default since 5.4).
     socket_listen_backlog_size: int = _kafka("socket.listen.backlog.size", 4096)
+
+    def __post_init__(self) -> None:
+        _check_cleaner_settings(self)
 
     @property
     def advertised(self) -> str:
@@ -90,6 +112,41 @@ class BrokerConfig:
                     str(value).lower() if isinstance(value, bool) else str(value)
                 )
         return out
+
+
+def _check_cleaner_settings(config: BrokerConfig) -> None:
+    """Kafka's ranges for the log.cleaner.* settings (KafkaConfig's ConfigDef and
+    CleanerConfig), and onceflow's one cleaner thread."""
+    try:
+        parse_cleanup_policy("log.cleanup.policy", config.log_cleanup_policy)
+    except LogConfigError as e:
+        raise ConfigError(str(e)) from None
+    if config.log_cleaner_threads != 1:
+        raise ConfigError(
+            f"log.cleaner.threads={config.log_cleaner_threads}: onceflow runs one log cleaner "
+            "(a background task), so only 1 is accepted"
+        )
+    at_least = {
+        "log.cleaner.backoff.ms": (config.log_cleaner_backoff_ms, 0),
+        "log.cleaner.delete.retention.ms": (config.log_cleaner_delete_retention_ms, 0),
+        "log.cleaner.min.compaction.lag.ms": (config.log_cleaner_min_compaction_lag_ms, 0),
+        "log.cleaner.max.compaction.lag.ms": (config.log_cleaner_max_compaction_lag_ms, 1),
+        # CleanerConfig: at least 1 MiB of dedupe buffer per cleaner thread
+        "log.cleaner.dedupe.buffer.size": (config.log_cleaner_dedupe_buffer_size, 1 << 20),
+    }
+    for name, (value, minimum) in at_least.items():
+        if value < minimum:
+            raise ConfigError(f"setting {name!r}: {value} is below the minimum {minimum}")
+    if not 0 <= config.log_cleaner_min_cleanable_ratio <= 1:
+        raise ConfigError(
+            "setting 'log.cleaner.min.cleanable.ratio': "
+            f"{config.log_cleaner_min_cleanable_ratio} is not between 0 and 1"
+        )
+    if not 0 < config.log_cleaner_io_buffer_load_factor <= 1:
+        raise ConfigError(
+            "setting 'log.cleaner.io.buffer.load.factor': "
+            f"{config.log_cleaner_io_buffer_load_factor} is not in (0, 1]"
+        )
 
 
 def _coerce(name: str, raw: Any, kind: type) -> Any:

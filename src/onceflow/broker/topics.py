@@ -52,7 +52,17 @@ _BROKER_TO_TOPIC = {
     "log_index_interval_bytes": "index.interval.bytes",
     "log_message_timestamp_type": "message.timestamp.type",
     "message_max_bytes": "max.message.bytes",
+    "log_cleanup_policy": "cleanup.policy",
+    "log_cleaner_min_cleanable_ratio": "min.cleanable.dirty.ratio",
+    "log_cleaner_delete_retention_ms": "delete.retention.ms",
+    "log_cleaner_min_compaction_lag_ms": "min.compaction.lag.ms",
+    "log_cleaner_max_compaction_lag_ms": "max.compaction.lag.ms",
 }
+
+# A topic's new configs from its current ones (AlterConfigs' whole set, IncrementalAlterConfigs'
+# operations); raises InvalidConfigError. Applied under the registry's change lock, so two
+# concurrent alterations of one topic never lose each other's changes.
+ConfigUpdate = Callable[[dict[str, str]], dict[str, str]]
 
 T = TypeVar("T")
 
@@ -131,6 +141,13 @@ def partition_dir_name(topic: str, index: int) -> str:
 
 
 def validate_topic_name(name: str) -> None:
+    check_legal_topic_name(name)
+    if name.startswith(INTERNAL_PREFIX):
+        raise InvalidTopicError(f"topic names starting with {INTERNAL_PREFIX!r} are internal")
+
+
+def check_legal_topic_name(name: str) -> None:
+    """Kafka's Topic.validate: what any topic name, internal ones included, must be."""
     if not name or name in (".", ".."):
         raise InvalidTopicError(f"topic name {name!r} is illegal")
     if len(name) > MAX_NAME_LENGTH:
@@ -140,8 +157,6 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(
             f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_', '-'"
         )
-    if name.startswith(INTERNAL_PREFIX):
-        raise InvalidTopicError(f"topic names starting with {INTERNAL_PREFIX!r} are internal")
 
 
 def collision_key(name: str) -> str:
@@ -170,7 +185,17 @@ class TopicRegistry:
 
     def effective_configs(self, overrides: dict[str, str]) -> dict[str, str]:
         """Every topic-level setting with its value: the topic's own, else the broker's."""
-        return {**self.default_topic_configs(), "cleanup.policy": "delete", **overrides}
+        return {**self.default_topic_configs(), **overrides}
+
+    def topic_defaults_set_on_broker(self) -> set[str]:
+        """Topic-level names whose broker default was set (file or flags), not Kafka's default:
+        DescribeConfigs reports those as STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG."""
+        kafka_defaults = BrokerConfig()
+        return {
+            topic
+            for attr, topic in _BROKER_TO_TOPIC.items()
+            if getattr(self.config, attr) != getattr(kafka_defaults, attr)
+        }
 
     def log_config(self, overrides: dict[str, str]) -> LogConfig:
         try:
@@ -339,6 +364,52 @@ class TopicRegistry:
                 self._add(topic)
                 results[i] = topic
             return [results[i] for i in range(len(wanted))]
+
+    async def alter_configs(
+        self, updates: dict[str, ConfigUpdate], validate_only: bool = False
+    ) -> dict[str, TopicError | None]:
+        """Change the configs of existing topics (AlterConfigs, IncrementalAlterConfigs): each
+        topic's change is checked whole, then every valid one is recorded in one topics.json
+        write and only then applied to the live partitions (retention.ms at the next retention
+        pass, segment.bytes at the next roll). Returns each topic's error, None if changed."""
+        return await self._unstoppable(self._alter_configs(updates, validate_only))
+
+    async def _alter_configs(
+        self, updates: dict[str, ConfigUpdate], validate_only: bool
+    ) -> dict[str, TopicError | None]:
+        async with self._changes:
+            results: dict[str, TopicError | None] = {}
+            changed: dict[str, tuple[Topic, dict[str, str], LogConfig]] = {}
+            for name, update in updates.items():
+                try:
+                    topic = self._topics.get(name)
+                    if topic is None:
+                        check_legal_topic_name(name)
+                        raise UnknownTopicError(f"The topic '{name}' does not exist.")
+                    configs = update(dict(topic.configs))
+                    changed[name] = (topic, configs, self.log_config(configs))
+                    results[name] = None
+                except TopicError as e:
+                    results[name] = e
+            if validate_only or not changed:
+                return results
+            committed = self._payload()
+            for name, (_, configs, _) in changed.items():
+                committed[name] = {**committed[name], "configs": configs}
+            journal = sorted(self._pending_removal)
+            try:
+                await self._off_loop(lambda: self._write_state(committed, journal))
+            except OSError as e:
+                halt_on_storage_error(e)
+                log.error("recording topic configs in %s failed: %s", TOPICS_FILE, e)
+                for name in changed:
+                    results[name] = TopicStorageError(f"recording configs of {name!r} failed: {e}")
+                return results
+            for topic, configs, log_config in changed.values():
+                topic.configs = configs
+                for partition in topic.partitions:
+                    partition.log.config = log_config
+            return results
 
     async def add_partitions(self, name: str, total: int) -> Topic:
         """CreatePartitions: the new partitions all exist, or none does."""

@@ -1,4 +1,5 @@
-"""`onceflow topics`: create, list, describe and delete topics, as kafka-topics.sh does."""
+"""`onceflow topics`: create, list, describe and delete topics, as kafka-topics.sh does, and
+alter their configs, as `kafka-configs.sh --alter --entity-type topics` does."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import typer
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
+    AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     NewTopic,
@@ -39,7 +41,9 @@ from onceflow.cli.options import (
 )
 
 topics_app = typer.Typer(
-    help="Create, list, describe and delete topics.", no_args_is_help=True, add_completion=False
+    help="Create, list, describe, alter and delete topics.",
+    no_args_is_help=True,
+    add_completion=False,
 )
 
 TopicName = Annotated[str, typer.Argument(metavar="NAME", help="Topic name.")]
@@ -151,6 +155,68 @@ def delete_topic(
         quiet=if_exists,
         tolerated_error=TopicNotFoundError(name),
     )
+
+
+@topics_app.command("alter")
+def alter_topic(
+    name: TopicName,
+    add_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--add-config",
+            metavar="KEY=VALUE",
+            # "\\[" keeps rich from reading the bracket as markup
+            help="Set a topic config; repeatable. A list value may be bracketed, as "
+            "kafka-configs.sh takes it: cleanup.policy=\\[compact,delete].",
+        ),
+    ] = None,
+    delete_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--delete-config",
+            metavar="KEY",
+            help="Remove a topic config override (back to the broker's default); repeatable.",
+        ),
+    ] = None,
+    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Set or remove topic config overrides (IncrementalAlterConfigs)."""
+    pairs = parse_pairs(add_config or [], "--add-config")
+    added = {key: _unbracket(value) for key, value in pairs.items()}
+    deleted = [key.strip() for key in delete_config or []]
+    if not added and not deleted:
+        raise UsageError("Nothing to alter: give --add-config KEY=VALUE or --delete-config KEY.")
+    if any(not key for key in deleted):
+        raise UsageError("Invalid --delete-config '': expected a config name.")
+    both = sorted(set(added) & set(deleted))
+    if both:
+        raise UsageError(f"Config '{both[0]}' is both added and deleted.")
+    session = connect_admin(bootstrap_server)
+    session.require_topic(name)
+    entries = [
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        for key, value in added.items()
+    ] + [
+        ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+        for key in dict.fromkeys(deleted)
+    ]
+    resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=entries)
+    futures = session.admin.incremental_alter_configs([resource], request_timeout=REQUEST_TIMEOUT_S)
+    try:
+        result_of(futures[resource], f"Altering configs of topic '{name}'")
+    except KafkaException as exc:
+        if kafka_error_code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise TopicNotFoundError(name) from exc
+        raise CliError(f"Cannot alter configs of topic '{name}': {kafka_error_text(exc)}.") from exc
+    print(f"Completed updating config for topic {name}.")
+
+
+def _unbracket(value: str) -> str:
+    """kafka-configs.sh's list syntax, [a,b], to the comma list Kafka stores."""
+    stripped = value.strip()
+    if len(stripped) >= 2 and stripped[0] == "[" and stripped[-1] == "]":
+        return stripped[1:-1]
+    return value
 
 
 def _change_topic(

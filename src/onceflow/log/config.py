@@ -98,7 +98,8 @@ def _boolean(name: str, raw: str) -> None:
         )
 
 
-def _ratio(name: str, raw: str) -> None:
+def parse_ratio(name: str, raw: str) -> float:
+    """A DOUBLE setting between 0 and 1 (ConfigDef.Range.between(0, 1))."""
     text = _java_trim(raw)
     if not _DOUBLE.fullmatch(text):
         raise LogConfigError(
@@ -110,6 +111,30 @@ def _ratio(name: str, raw: str) -> None:
             f"Invalid value {value} for configuration {name}: "
             "Value must be no less than 0 and no more than 1"
         )
+    return value
+
+
+# ConfigDef's LIST parsing: the trimmed value split on commas with the blanks around them.
+_LIST_SEPARATOR = re.compile(r"[ \t\n\x0b\f\r]*,[ \t\n\x0b\f\r]*")
+CLEANUP_POLICIES = ("compact", "delete")
+
+
+def parse_cleanup_policy(name: str, raw: str) -> tuple[str, ...]:
+    """cleanup.policy as Kafka's ValidList.in("compact", "delete") accepts it: the two in any
+    order and spacing, each at most once; an empty list is allowed (neither: keep everything)."""
+    text = _java_trim(raw)
+    policies = tuple(_LIST_SEPARATOR.split(text)) if text else ()
+    if len(set(policies)) != len(policies):
+        raise LogConfigError(f"Configuration '{name}' values must not be duplicated.")
+    for policy in policies:
+        if not policy:
+            raise LogConfigError(f"Configuration '{name}' values must not be empty.")
+        if policy not in CLEANUP_POLICIES:
+            raise LogConfigError(
+                f"Invalid value {policy} for configuration {name}: "
+                f"String must be one of: {', '.join(CLEANUP_POLICIES)}"
+            )
+    return policies
 
 
 def _one_of(*allowed: str) -> Check:
@@ -146,7 +171,6 @@ _KAFKA_TOPIC_CONFIGS_NOT_USED_BY_THE_LOG: dict[str, Check] = {
     "compression.gzip.level": _gzip_level,
     "compression.lz4.level": _between_check(1, 17),
     "compression.zstd.level": _between_check(-131072, 22),
-    "delete.retention.ms": _at_least_check(parse_long, 0),
     "file.delete.delay.ms": _at_least_check(parse_long, 0),
     "flush.messages": _at_least_check(parse_long, 1),
     "flush.ms": _at_least_check(parse_long, 0),
@@ -154,14 +178,11 @@ _KAFKA_TOPIC_CONFIGS_NOT_USED_BY_THE_LOG: dict[str, Check] = {
     "leader.replication.throttled.replicas": _throttled_replicas,
     "local.retention.bytes": _at_least_check(parse_long, -2),
     "local.retention.ms": _at_least_check(parse_long, -2),
-    "max.compaction.lag.ms": _at_least_check(parse_long, 1),
     "message.downconversion.enable": _boolean,  # removed in Kafka 4.0; kept for 3.x clients
     "message.format.version": _any_string,  # removed in Kafka 4.0; ignored by 3.x brokers
     "message.timestamp.after.max.ms": _at_least_check(parse_long, 0),
     "message.timestamp.before.max.ms": _at_least_check(parse_long, 0),
     "message.timestamp.difference.max.ms": _at_least_check(parse_long, 0),  # 3.x
-    "min.cleanable.dirty.ratio": _ratio,
-    "min.compaction.lag.ms": _at_least_check(parse_long, 0),
     "min.insync.replicas": _at_least_check(parse_int, 1),
     "preallocate": _boolean,
     "remote.log.copy.disable": _boolean,
@@ -184,6 +205,14 @@ class LogConfig:
     segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes
     message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
     max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes (checked by the broker)
+    # cleanup.policy, in the order given. Until the log cleaner runs, `compact` only makes
+    # Produce refuse keyless records: retention deletes segments only when `delete` is in the
+    # policy (as Kafka's), so a `compact`-only topic keeps everything, uncompacted.
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = _INT64_MAX  # max.compaction.lag.ms
+    delete_retention_ms: int = 24 * 3600 * 1000  # delete.retention.ms (tombstones)
 
     def __post_init__(self) -> None:
         # Kafka's lower bounds for the same settings (LogConfig's validators).
@@ -197,6 +226,22 @@ class LogConfig:
         _at_least("index.interval.bytes", self.index_interval_bytes, 0)
         _at_least("segment.index.bytes", self.segment_index_bytes, 4)
         _at_least("max.message.bytes", self.max_message_bytes, 0)
+        _at_least("min.compaction.lag.ms", self.min_compaction_lag_ms, 0)
+        _at_least("max.compaction.lag.ms", self.max_compaction_lag_ms, 1)
+        _at_least("delete.retention.ms", self.delete_retention_ms, 0)
+        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
+            raise LogConfigError(
+                f"min.cleanable.dirty.ratio={self.min_cleanable_dirty_ratio} is not in [0, 1]"
+            )
+        if not set(self.cleanup_policy) <= set(CLEANUP_POLICIES):
+            raise LogConfigError(f"cleanup.policy={self.cleanup_policy!r} is not Kafka's")
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            # LogConfig.validateValues: Kafka refuses the pair, not either value alone.
+            raise LogConfigError(
+                "conflict topic config setting min.compaction.lag.ms "
+                f"({self.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                f"({self.max_compaction_lag_ms})"
+            )
         if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
             raise LogConfigError(
                 f"message.timestamp.type must be {CREATE_TIME} or {LOG_APPEND_TIME}, "
@@ -207,14 +252,24 @@ class LogConfig:
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == LOG_APPEND_TIME
 
+    @property
+    def compact(self) -> bool:
+        """Kafka's LogConfig.compact: the topic refuses keyless records (and is cleaned)."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Kafka's LogConfig.delete: retention.ms / retention.bytes delete old segments."""
+        return "delete" in self.cleanup_policy
+
     @classmethod
     def from_kafka_configs(
         cls, configs: Mapping[str, str | None], base: LogConfig | None = None
     ) -> LogConfig:
         """Parse topic-level configs (CreateTopics/AlterConfigs) over `base` (default: Kafka's).
 
-        A None value means "use the default". Raises LogConfigError for an unknown name, a
-        bad value, or a cleanup.policy other than "delete" (compaction is not implemented).
+        A None value means "use the default". Raises LogConfigError for an unknown name or a
+        value Kafka refuses (INVALID_CONFIG at the edge).
         """
         base = base if base is not None else cls()
         values: dict[str, object] = {}
@@ -227,11 +282,9 @@ class LogConfig:
             elif name == "message.timestamp.type":
                 values["message_timestamp_type"] = _java_trim(raw)
             elif name == "cleanup.policy":
-                policies = {_java_trim(p) for p in raw.split(",") if _java_trim(p)}
-                if policies != {"delete"}:
-                    raise LogConfigError(
-                        f"cleanup.policy={raw!r} is not supported: only 'delete' is"
-                    )
+                values["cleanup_policy"] = parse_cleanup_policy(name, raw)
+            elif name == "min.cleanable.dirty.ratio":
+                values["min_cleanable_dirty_ratio"] = parse_ratio(name, raw)
             elif name in _KAFKA_TOPIC_CONFIGS_NOT_USED_BY_THE_LOG:
                 _KAFKA_TOPIC_CONFIGS_NOT_USED_BY_THE_LOG[name](name, raw)
             else:
@@ -244,7 +297,8 @@ class LogConfig:
         """The settings under Kafka's topic-level names, as DescribeConfigs reports them."""
         configs = {name: str(getattr(self, field)) for name, (field, _) in _INT_FIELDS.items()}
         configs["message.timestamp.type"] = self.message_timestamp_type
-        configs["cleanup.policy"] = "delete"
+        configs["cleanup.policy"] = ",".join(self.cleanup_policy)
+        configs["min.cleanable.dirty.ratio"] = str(self.min_cleanable_dirty_ratio)
         return dict(sorted(configs.items()))
 
 
@@ -257,6 +311,9 @@ _INT_FIELDS: dict[str, tuple[str, Callable[[str, str], int]]] = {
     "index.interval.bytes": ("index_interval_bytes", parse_int),
     "segment.index.bytes": ("segment_index_bytes", parse_int),
     "max.message.bytes": ("max_message_bytes", parse_int),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", parse_long),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", parse_long),
+    "delete.retention.ms": ("delete_retention_ms", parse_long),
 }
 
 

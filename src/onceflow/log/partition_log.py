@@ -378,6 +378,10 @@ class PartitionLog:
         upper = self.log_end_offset if high_watermark is None else high_watermark
         now = self._clock()
         deleted = 0
+        if not config.delete:
+            # cleanup.policy without `delete` (Kafka's UnifiedLog.deleteOldSegments): retention
+            # never applies; such a log is only ever shortened by the cleaner.
+            return deleted
         if config.retention_ms >= 0:
             deleted += self._delete_oldest(
                 lambda s: now - s.largest_timestamp() > config.retention_ms, upper, now

@@ -38,8 +38,14 @@ def handle_describe_configs(broker: Broker, request: Request) -> Any:
                 error = ErrorCode.unknown_topic_or_partition
                 message = f"topic {resource.resource_name!r} does not exist"
             else:
+                set_on_broker = broker.topics.topic_defaults_set_on_broker()
                 for k, v in broker.topics.effective_configs(topic.configs).items():
-                    entries[k] = (v, DYNAMIC_TOPIC_CONFIG if k in topic.configs else DEFAULT_CONFIG)
+                    if k in topic.configs:
+                        entries[k] = (v, DYNAMIC_TOPIC_CONFIG)
+                    elif k in set_on_broker:
+                        entries[k] = (v, STATIC_BROKER_CONFIG)
+                    else:
+                        entries[k] = (v, DEFAULT_CONFIG)
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(broker.config.node_id)):
                 error, message = ErrorCode.invalid_request, "unknown broker id"

@@ -23,8 +23,9 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.dispatch import api
 from onceflow.broker.durability import PartitionsNotDurableError
 from onceflow.broker.faults import crash_point, delay_point
+from onceflow.broker.keyless_records import keyless_message, null_key_indexes, refusal_message
 from onceflow.log.errors import DescriptorsExhaustedError
-from onceflow.protocol.entities import build, sibling
+from onceflow.protocol.entities import build, has_field, sibling
 from onceflow.protocol.messages import response_type
 from onceflow.records.decompression import DEFAULT_MAX_DECOMPRESSED_BYTES
 from onceflow.records.errors import (
@@ -63,9 +64,13 @@ def records_error_code(error: RecordsError) -> ErrorCode:
 
 
 class ProduceError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, record_errors: list[tuple[int, str]] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
+        # (batch index, message) of the records at fault: Produce v8+'s record_errors
+        self.record_errors = record_errors or []
 
 
 def to_datetime(ms: int) -> datetime.datetime | None:
@@ -101,7 +106,17 @@ def append_to_partition(
     except RecordsError as e:
         raise ProduceError(records_error_code(e), str(e)) from None
     headers = validated.batches
-    [(_, header)] = headers  # validation allows exactly one batch (Produce v3+)
+    [(position, header)] = headers  # validation allows exactly one batch (Produce v3+)
+    if config.compact and validated.null_keys:
+        # LogValidator.validateKey, before the size and producer-state checks, as in Kafka
+        message = keyless_message(partition.topic, partition.index)
+        indexes = null_key_indexes(
+            records, position, header, max_decompressed_bytes=max_decompressed_bytes
+        )
+        errors = [(index, message) for index in indexes]
+        raise ProduceError(
+            ErrorCode.invalid_record, refusal_message(validated.null_keys, errors), errors
+        )
     if header.size > config.segment_bytes:  # as Kafka: a batch never spans segments
         raise ProduceError(
             ErrorCode.record_list_too_large,
@@ -160,6 +175,10 @@ def handle_produce(broker: Broker, request: Request) -> Any:
     cls = response_type(0, request.api_version)
     topic_cls = sibling(cls, "TopicProduceResponse")
     part_cls = sibling(cls, "PartitionProduceResponse")
+    # Produce v8+ names the records at fault (KIP-467)
+    record_error_cls = (
+        sibling(cls, "BatchIndexAndErrorMessage") if has_field(part_cls, "record_errors") else None
+    )
     if req.acks not in (0, 1, -1):
         error_all: ErrorCode | None = ErrorCode.invalid_required_acks
     else:
@@ -172,6 +191,7 @@ def handle_produce(broker: Broker, request: Request) -> Any:
             partition = broker.topics.partition(topic_data.name, pdata.index)
             base_offset, append_time, start = -1, -1, -1
             error, message = ErrorCode.none, None
+            record_errors: tuple[Any, ...] = ()
             if error_all is not None:
                 error = error_all
             elif partition is None:
@@ -190,6 +210,15 @@ def handle_produce(broker: Broker, request: Request) -> Any:
                     )
                 except ProduceError as e:
                     error, message = e.code, str(e)
+                    if record_error_cls is not None:
+                        record_errors = tuple(
+                            build(
+                                record_error_cls,
+                                batch_index=index,
+                                batch_index_error_message=text,
+                            )
+                            for index, text in e.record_errors
+                        )
                     log.info("produce to %s-%d refused: %s", topic_data.name, pdata.index, e)
                 else:
                     base_offset, append_time = result.first_offset, result.log_append_time
@@ -204,7 +233,7 @@ def handle_produce(broker: Broker, request: Request) -> Any:
                     base_offset=base_offset,
                     log_append_time=to_datetime(append_time),
                     log_start_offset=start,
-                    record_errors=(),
+                    record_errors=record_errors,
                     error_message=message,
                 )
             )

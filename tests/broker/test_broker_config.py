@@ -1,0 +1,58 @@
+"""Broker settings: the log cleaner's and the topic defaults they give, with Kafka's defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from onceflow.broker.config import BrokerConfig, ConfigError
+
+
+def test_cleaner_settings_have_kafkas_names_and_defaults():
+    settings = BrokerConfig().kafka_settings()
+    assert {k: v for k, v in settings.items() if k.startswith("log.clean")} == {
+        "log.cleanup.policy": "delete",
+        "log.cleaner.enable": "true",
+        "log.cleaner.threads": "1",
+        "log.cleaner.backoff.ms": "15000",
+        "log.cleaner.dedupe.buffer.size": "134217728",
+        "log.cleaner.io.buffer.load.factor": "0.9",
+        "log.cleaner.min.cleanable.ratio": "0.5",
+        "log.cleaner.delete.retention.ms": "86400000",
+        "log.cleaner.min.compaction.lag.ms": "0",
+        "log.cleaner.max.compaction.lag.ms": "9223372036854775807",
+    }
+
+
+def test_cleaner_settings_are_read_from_kafka_names():
+    config = BrokerConfig().with_settings(
+        {
+            "log.cleanup.policy": "compact, delete",
+            "log.cleaner.enable": "false",
+            "log.cleaner.backoff.ms": 100,
+            "log.cleaner.min.cleanable.ratio": "0.1",
+            "log.cleaner.delete.retention.ms": 5,
+        }
+    )
+    assert config.log_cleanup_policy == "compact, delete"
+    assert not config.log_cleaner_enable
+    assert config.log_cleaner_backoff_ms == 100
+    assert config.log_cleaner_min_cleanable_ratio == 0.1
+    assert config.log_cleaner_delete_retention_ms == 5
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"log.cleaner.threads": 2}, "only 1 is accepted"),
+        ({"log.cleaner.threads": 0}, "only 1 is accepted"),
+        ({"log.cleanup.policy": "compacted"}, "String must be one of: compact, delete"),
+        ({"log.cleaner.min.cleanable.ratio": 1.5}, "between 0 and 1"),
+        ({"log.cleaner.io.buffer.load.factor": 0}, "load.factor"),
+        ({"log.cleaner.dedupe.buffer.size": 1000}, "below the minimum"),
+        ({"log.cleaner.backoff.ms": -1}, "below the minimum"),
+        ({"log.cleaner.max.compaction.lag.ms": 0}, "below the minimum"),
+    ],
+)
+def test_cleaner_settings_outside_kafkas_ranges_are_refused(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig().with_settings(settings)
