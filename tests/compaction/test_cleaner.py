@@ -321,3 +321,15 @@ def test_cleaned_output_walks_as_one_log() -> None:
     buf = b"".join(all_batches(after))
     assert len(list(iter_batches(buf, verify_crc=True))) == len(all_batches(after))
     assert list(iter_decoded_batches(buf))
+
+
+def test_records_past_what_the_full_map_covers_are_all_kept() -> None:
+    h = History()
+    h.data([(b"a", b"1"), (b"b", b"1"), (b"c", b"1")])  # 0-2: the map fills at c
+    h.data([(None, b"x"), (b"a", None)])  # 3-4: keyless and a tombstone, both past the map
+    h.roll()
+    h.data([(b"z", b"1")])
+    small = OffsetMap(24 * 3, load_factor=0.9)  # 2 entries
+    result, after = clean(h, offset_map=small, now=10, retention=0)
+    assert result.end_offset == 2  # a and b mapped (the put of b set the latest offset)
+    assert survivors(after) == survivors(h.segment_batches())
