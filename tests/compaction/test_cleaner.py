@@ -333,3 +333,29 @@ def test_records_past_what_the_full_map_covers_are_all_kept() -> None:
     result, after = clean(h, offset_map=small, now=10, retention=0)
     assert result.end_offset == 2  # a and b mapped (the put of b set the latest offset)
     assert survivors(after) == survivors(h.segment_batches())
+
+
+def test_last_records_from_live_producer_state_match_a_walk_of_the_log() -> None:
+    from onceflow.compaction.producers import last_records_from_state
+
+    h = History()
+    h.data([(b"a", b"1")], producer_id=1, producer_epoch=0)
+    h.data([(b"b", b"1")], producer_id=2, transactional=True)
+    h.end_txn(2, commit=True)
+    h.data([(b"c", b"1")], producer_id=1, producer_epoch=0)
+    h.data([(b"d", b"1")], producer_id=3, transactional=True)
+    h.end_txn(3, commit=False, producer_epoch=1)  # an abort on fencing bumps the epoch
+    batches = all_batches(h.segment_batches())
+    state = ProducerStateManager(clock=lambda: 0)  # type: ignore[arg-type]
+    for batch in batches:
+        header = parse_header(batch)
+        if header.is_control:
+            from onceflow.records.control import ControlType, parse_control_record
+
+            kind, epoch = parse_control_record(decode_batch(batch).records[0])
+            state.replay(header, (kind == ControlType.COMMIT, epoch))
+        else:
+            state.replay(header)
+    walked = last_records_of_producers(parse_header(b) for b in batches)
+    assert last_records_from_state(state) == walked
+    assert walked == {1: LastRecord(3, 0), 2: LastRecord(1, 0), 3: LastRecord(None, 1)}

@@ -52,7 +52,11 @@ from onceflow.compaction.cleaner import (
 )
 from onceflow.compaction.errors import CleanerError, CleanRangeError, OffsetMapConfigError
 from onceflow.compaction.offset_map import OffsetMap
-from onceflow.compaction.producers import LastRecord, last_records_of_producers
+from onceflow.compaction.producers import (
+    LastRecord,
+    last_records_from_state,
+    last_records_of_producers,
+)
 from onceflow.compaction.transactions import AbortedTransaction, CleanedTransactions
 
 __all__ = [
@@ -74,6 +78,7 @@ __all__ = [
     "build_offset_map",
     "clean_segments",
     "group_segments_by_size",
+    "last_records_from_state",
     "last_records_of_producers",
     "log_to_clean",
     "should_clean",

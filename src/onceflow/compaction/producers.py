@@ -4,10 +4,11 @@ DescribeProducers stay right (Kafka's UnifiedLog.lastRecordsOfActiveProducers)."
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from onceflow.records.batch import BatchHeader
+from onceflow.txn.producer_state import ProducerStateManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,7 @@ def last_records_of_producers(headers: Iterable[BatchHeader]) -> dict[int, LastR
     return last
 
 
-def is_last_batch_of_producer(header: BatchHeader, last_records: dict[int, LastRecord]) -> bool:
+def is_last_batch_of_producer(header: BatchHeader, last_records: Mapping[int, LastRecord]) -> bool:
     """Kafka's isBatchLastRecordOfProducer: the batch holding the producer's last data offset
     (it carries the last sequence), or, with no data in the current epoch, a marker of that
     epoch (it carries the epoch, needed for fencing)."""
@@ -50,3 +51,14 @@ def is_last_batch_of_producer(header: BatchHeader, last_records: dict[int, LastR
     if last.last_data_offset is not None:
         return header.last_offset == last.last_data_offset
     return header.is_control and header.producer_epoch == last.producer_epoch
+
+
+def last_records_from_state(state: ProducerStateManager) -> dict[int, LastRecord]:
+    """LastRecord of every producer the partition's live producer state still tracks (expired
+    producers are gone from it, so their batches may all be cleaned away, as in Kafka)."""
+    last: dict[int, LastRecord] = {}
+    for producer in state.producers():
+        batches = state.batch_metadata(producer.producer_id)
+        data_offset = batches[-1].last_offset if batches else None
+        last[producer.producer_id] = LastRecord(data_offset, producer.producer_epoch)
+    return last
