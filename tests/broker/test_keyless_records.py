@@ -26,7 +26,8 @@ def test_indexes_of_the_keyless_records(compression: int) -> None:
 def test_records_spanning_decompressed_chunks() -> None:
     keys = [None if i % 7 == 0 else b"k%d" % i for i in range(2000)]
     data = _batch(keys, compression=1, value=b"x" * 500)  # gzip yields it in many chunks
-    assert null_key_indexes(data, 0, parse_header(data)) == list(range(0, 2000, 7))
+    found = null_key_indexes(data, 0, parse_header(data), max_records=2000)
+    assert found == list(range(0, 2000, 7))
 
 
 def test_the_scan_is_bounded() -> None:
