@@ -73,7 +73,8 @@ class Partition:
         self.aborted.truncate_after(start)
         for header in self.log.iter_batch_headers(start):
             control = None
-            if header.is_control:
+            if header.is_control and header.records_count > 0:
+                # (an emptied control batch, kept by the cleaner, only moves the epoch)
                 batch = decode_batch(self.log.read(header.base_offset, 1).data)
                 control_type, coordinator_epoch = parse_control_record(batch.records[0])
                 control = (control_type == ControlType.COMMIT, coordinator_epoch)

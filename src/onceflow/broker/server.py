@@ -292,6 +292,8 @@ class Broker:
         for batch in self.offsets_log.batches():
             header = batch.header
             replayed += len(batch.records)
+            if header.is_control and not batch.records:
+                continue  # emptied by the cleaner: its transaction's records are gone
             if header.is_control:
                 commit = parse_control_record(batch.records[0])[0] == ControlType.COMMIT
                 self.groups.complete_transaction(header.producer_id, commit)

@@ -298,6 +298,10 @@ class PartitionLog:
             return ReadResult(b"", start_offset)
         i = bisect.bisect_right(self._bases, start_offset) - 1
         located = self._segments[i].translate_offset(start_offset)
+        while located is None and i + 1 < len(self._segments):
+            # past the segment's last batch (a gap compaction left at its end): the next one
+            i += 1
+            located = self._segments[i].translate_offset(start_offset)
         if located is None or located[1].base_offset >= bound:
             return ReadResult(b"", start_offset)
         position, first = located

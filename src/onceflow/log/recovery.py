@@ -46,8 +46,8 @@ def load_segments(directory: Path, config: LogConfig, now: int) -> LoadedSegment
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         segment = Segment.open_existing(directory, base, config, now)
         durable = clean or (next_base is not None and next_base <= recovery_point)
-        if not (durable and segment.load(config)):
-            segment.recover(config)
+        if not (durable and segment.load(config, next_base)):
+            segment.recover(config, next_base)
             result.recovered.append(segment)
         result.segments.append(segment)
         if next_base is not None and segment.next_offset != next_base:
