@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from onceflow.clock import ManualClock
 from onceflow.broker.partition import Partition
+from onceflow.clock import ManualClock
 from onceflow.compaction.cleaner import empty_batch
 from onceflow.log.config import LogConfig
 from onceflow.records.batch import iter_batches
