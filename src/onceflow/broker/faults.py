@@ -27,6 +27,11 @@ POINTS = frozenset(
         "txn.before-complete",  # every marker durable, Complete* not yet written
         "topics.before-record",  # a CreateTopics' directories made, topics.json not yet written
         "topics.after-delete-rename",  # deleted topics' directories renamed, not yet removed
+        "cleaner.after-cleaned",  # a cleaned segment's .cleaned files written and synced
+        "cleaner.after-swap-rename",  # renamed to .swap (the commit point), old files intact
+        "cleaner.after-deleted-rename",  # the replaced segments' files renamed to .deleted
+        "cleaner.after-swap-complete",  # .swap renamed to the live names, .deleted not removed
+        "cleaner.before-checkpoint",  # a round's segments swapped, its checkpoint not written
     }
 )
 

@@ -23,6 +23,7 @@ from onceflow.log.segment import (
     delete_segment_files,
     parse_segment_file_name,
 )
+from onceflow.log.swap import resolve_swaps
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def _sweep(directory: Path) -> tuple[list[int], bool]:
     """Base offsets of the segments present; removes temp files and orphaned index files."""
     bases: set[int] = set()
     others: list[tuple[int, Path]] = []
-    changed = False
+    changed = resolve_swaps(directory)
     with os.scandir(directory) as entries:
         for entry in entries:
             if entry.name.endswith(".tmp"):

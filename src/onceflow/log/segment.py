@@ -49,10 +49,11 @@ def parse_segment_file_name(name: str) -> tuple[int, str] | None:
     return int(match.group(1)), match.group(2)
 
 
-def delete_segment_files(directory: Path, base_offset: int) -> None:
-    """Unlink every file of a segment, the log first (open() sweeps orphaned indexes)."""
+def delete_segment_files(directory: Path, base_offset: int, tail: str = "") -> None:
+    """Unlink every file of a segment, the log first (open() sweeps orphaned indexes);
+    `tail` names the files of a segment being swapped in (`.cleaned`, `.swap`)."""
     for suffix in SEGMENT_FILE_SUFFIXES:
-        segment_file(directory, base_offset, suffix).unlink(missing_ok=True)
+        segment_file(directory, base_offset, suffix + tail).unlink(missing_ok=True)
 
 
 class Segment:
@@ -69,9 +70,11 @@ class Segment:
         file: FileHandle,
         config: LogConfig,
         created_ms: int,
+        tail: str = "",
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
+        self.tail = tail  # "" for a live segment; ".cleaned" while the cleaner writes one
         self._file = file
         self.created_ms = created_ms
         self.size = 0  # bytes of complete batches; reads stop here
@@ -81,12 +84,12 @@ class Segment:
         self.first_batch_timestamp: int | None = None  # what time-based rolling measures from
         self.bytes_since_last_index_entry = 0
         self.offset_index = OffsetIndex(
-            segment_file(directory, base_offset, INDEX_SUFFIX),
+            segment_file(directory, base_offset, INDEX_SUFFIX + tail),
             base_offset,
             config.segment_index_bytes,
         )
         self.time_index = TimeIndex(
-            segment_file(directory, base_offset, TIME_INDEX_SUFFIX),
+            segment_file(directory, base_offset, TIME_INDEX_SUFFIX + tail),
             base_offset,
             config.segment_index_bytes,
         )
@@ -94,10 +97,12 @@ class Segment:
     # -- creation and loading -----------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, config: LogConfig, now: int) -> Segment:
-        path = segment_file(directory, base_offset, LOG_SUFFIX)
+    def create(
+        cls, directory: Path, base_offset: int, config: LogConfig, now: int, tail: str = ""
+    ) -> Segment:
+        path = segment_file(directory, base_offset, LOG_SUFFIX + tail)
         file = file_handles().open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-        segment = cls(directory, base_offset, file, config, now)
+        segment = cls(directory, base_offset, file, config, now, tail)
         try:
             segment.offset_index.replace([])
             segment.time_index.replace([])
@@ -121,7 +126,7 @@ class Segment:
 
     @property
     def log_path(self) -> Path:
-        return segment_file(self.directory, self.base_offset, LOG_SUFFIX)
+        return segment_file(self.directory, self.base_offset, LOG_SUFFIX + self.tail)
 
     def load(self, config: LogConfig, next_base: int | None = None) -> bool:
         """Trust the log file and load the indexes; False when they need a rebuild (recover).
@@ -425,7 +430,7 @@ class Segment:
     def delete_files(self) -> None:
         """Close and unlink every file of this segment."""
         self.close()
-        delete_segment_files(self.directory, self.base_offset)
+        delete_segment_files(self.directory, self.base_offset, self.tail)
 
 
 def _follows(header: BatchHeader, expected: int, next_base: int | None) -> bool:
