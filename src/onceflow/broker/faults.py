@@ -78,6 +78,7 @@ async def delay_point(name: str) -> None:
 RAISE_POINTS = frozenset(
     {
         "loop.retention",  # one retention check (log.retention.check.interval.ms)
+        "loop.log-cleaner",  # one log cleaner round (log.cleaner.backoff.ms)
         "loop.group-timer",  # one tick of the group coordinator's timers (session expiry)
         "loop.transaction-timeout",  # one check for timed-out transactions
         "commit.prepare",  # preparing one log's flush in a group-commit round

@@ -374,6 +374,11 @@ class PartitionLog:
 
     # -- compaction ---------------------------------------------------------------------
 
+    @property
+    def segments(self) -> list[Segment]:
+        """Every segment, the active one last (a copy: planning a clean)."""
+        return list(self._segments)
+
     def segments_below(self, offset: int) -> list[Segment]:
         """The rolled segments starting below `offset` (never the active one): what a clean
         reads, from a worker thread; `replace_segments` checks they are still the log's."""
