@@ -6,14 +6,23 @@ any step of a clean restarts to the same content."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.records.builder import build_batch
 from tests.broker.test_confluent_client import create_topic
+from tests.eos.conftest import KafkaWire, init_producer_id
 
 BROKER_SETTINGS = {"log.cleaner.backoff.ms": "50", "group.initial.rebalance.delay.ms": "0"}
 TOPIC_CONFIGS = {
@@ -23,6 +32,7 @@ TOPIC_CONFIGS = {
     "delete.retention.ms": "600000",
 }
 KEYS = 20
+STARTED_MS = int(time.time() * 1000)  # producer state expires by batch timestamps
 ROUNDS = 8
 
 
@@ -226,3 +236,148 @@ def test_transactions(broker: EmbeddedBroker, topic_name: str):
     opened.commit_transaction(10)
     values = [r[2] for r in read(bootstrap, topic_name, committed=True) if r[1] == b"open"]
     assert values in ([b"o0", b"o1", b"o2", b"plain"], [b"plain"])
+
+
+# -- producer state, crashes, deletion ------------------------------------------------------
+
+
+def _producers(bootstrap: str, topic: str) -> list[tuple[int, int, int]]:
+    """DescribeProducers: (producer id, epoch, last sequence) of the partition's producers."""
+    request = DescribeProducersRequest(
+        topics=(TopicRequest(name=TopicName(topic), partition_indexes=(i32(0),)),)
+    )
+    with KafkaWire(bootstrap) as wire:
+        response = wire.call(request)
+    [partition] = response.topics[0].partitions
+    assert partition.error_code == ErrorCode.none
+    return sorted(
+        (p.producer_id, p.producer_epoch, p.last_sequence) for p in partition.active_producers
+    )
+
+
+def _produce_keyed(
+    bootstrap: str, topic: str, producer: tuple[int, int], sequence: int, keys: list[bytes]
+) -> tuple[ErrorCode, int]:
+    """One idempotent batch over a raw connection (a retry is the very same bytes)."""
+    batch = build_batch(
+        [(k, b"value-" + k, (), STARTED_MS) for k in keys],
+        producer_id=producer[0],
+        producer_epoch=producer[1],
+        base_sequence=sequence,
+    )
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=(PartitionProduceData(index=i32(0), records=batch),),
+            ),
+        ),
+    )
+    with KafkaWire(bootstrap) as wire:
+        response = wire.call(request)
+    [part] = response.responses[0].partition_responses
+    return part.error_code, part.base_offset
+
+
+def test_an_idempotent_retry_after_a_clean_and_a_restart_is_a_duplicate(
+    make_broker: Callable[..., EmbeddedBroker], topic_name: str
+) -> None:
+    broker = make_broker(settings=BROKER_SETTINGS)
+    create_topic(broker.bootstrap, topic_name, **TOPIC_CONFIGS)
+    error, pid, epoch = init_producer_id(broker.bootstrap)
+    assert error == ErrorCode.none
+    keys = [b"same"] * 5
+    first = _produce_keyed(broker.bootstrap, topic_name, (pid, epoch), 0, keys)
+    last = _produce_keyed(broker.bootstrap, topic_name, (pid, epoch), 5, keys)
+    assert first[0] == last[0] == ErrorCode.none
+    fill(broker.bootstrap, topic_name)
+    described = _producers(broker.bootstrap, topic_name)
+    assert (pid, epoch, 9) in described
+
+    def cleaned() -> bool:
+        records = read(broker.bootstrap, topic_name)
+        return [r[0] for r in records if r[1] == b"same"] == [last[1] + 4]
+
+    wait_for(cleaned, what="the producer's batches cleaned to its last record")
+    broker.kill()
+    broker.restart()
+    assert _producers(broker.bootstrap, topic_name) == described
+    # the retry of the last batch is answered with its offsets, not appended again
+    assert _produce_keyed(broker.bootstrap, topic_name, (pid, epoch), 5, keys) == last
+    # and the next sequence follows on
+    assert _produce_keyed(broker.bootstrap, topic_name, (pid, epoch), 10, [b"same"])[0] == (
+        ErrorCode.none
+    )
+    assert [r[0] for r in read(broker.bootstrap, topic_name) if r[1] == b"same"][0] == last[1] + 4
+
+
+CRASH_POINTS = [
+    "cleaner.after-cleaned",
+    "cleaner.after-swap-rename",
+    "cleaner.after-deleted-rename",
+    "cleaner.after-swap-complete",
+    "cleaner.before-checkpoint",
+]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_kill_9_mid_clean_restarts_to_the_same_content(
+    make_broker: Callable[..., EmbeddedBroker], topic_name: str, tmp_path: Path, point: str
+) -> None:
+    """Written under the delete policy, switched to compact (AlterConfigs): the first clean
+    dies at `point`; after the restart, read with the cleaner off, every record is one that
+    was written at that offset and nothing live is missing; with it on, the clean finishes."""
+    data = tmp_path / "data"
+    broker = make_broker(data, settings=BROKER_SETTINGS, env={"ONCEFLOW_CRASH_AT": point})
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, topic_name, **{**TOPIC_CONFIGS, "cleanup.policy": "delete"})
+    latest = rounds_of_updates(bootstrap, topic_name)
+    fillers = fill(bootstrap, topic_name)
+    written = {r[0]: r for r in read(bootstrap, topic_name)}
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name, set_config=TOPIC_CONFIGS)
+    admin.alter_configs([resource])[resource].result(10)
+    wait_for(lambda: broker.process.poll() is not None, what=f"the crash at {point}")
+
+    broker.env = {}
+    broker.settings = {**BROKER_SETTINGS, "log.cleaner.enable": "false"}
+    broker.restart()
+    records = read(bootstrap, topic_name)
+    assert all(written[r[0]] == r for r in records), "a record changed or appeared"
+    offsets = {r[0] for r in records}
+    assert {o for o, _ in latest.values()} <= offsets, "a live record is missing"
+    assert set(fillers) <= offsets
+    assert not list((data / f"{topic_name}-0").glob("*.cleaned"))
+
+    broker.kill()
+    broker.settings = BROKER_SETTINGS
+    broker.restart()
+    done = compacted(latest)
+    wait_for(lambda: done(read(bootstrap, topic_name)), what="the clean after the restart")
+
+
+def test_a_topic_deleted_during_a_clean(
+    make_broker: Callable[..., EmbeddedBroker], topic_name: str
+) -> None:
+    broker = make_broker(
+        settings=BROKER_SETTINGS, env={"ONCEFLOW_DELAY_AT": "cleaner.before-swap:1500:1"}
+    )
+    create_topic(broker.bootstrap, topic_name, **TOPIC_CONFIGS)
+    rounds_of_updates(broker.bootstrap, topic_name)
+    fill(broker.bootstrap, topic_name)
+    directory = broker.data_dir / f"{topic_name}-0"
+    wait_for(lambda: list(directory.glob("*.log.cleaned")), what="a clean under way")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics([topic_name])[topic_name].result(10)
+    wait_for(lambda: not directory.exists(), what="the directory removed")
+    # the broker goes on, and cleans a new topic of the same name
+    create_topic(broker.bootstrap, topic_name, **TOPIC_CONFIGS)
+    latest = rounds_of_updates(broker.bootstrap, topic_name)
+    fill(broker.bootstrap, topic_name)
+    done = compacted(latest)
+    wait_for(lambda: done(read(broker.bootstrap, topic_name)), what="the new topic cleaned")
+    assert broker.process.poll() is None
+    assert not [p for p in broker.data_dir.iterdir() if p.name.startswith(f"{topic_name}-0.")]

@@ -56,6 +56,7 @@ DELAY_POINTS = frozenset(
         "txn.before-markers",  # decided (Prepare* durable), no marker yet
         "commit.before-round",  # a group-commit round gathered its logs, none prepared yet
         "produce.before-response",  # appended and durable, the producer not yet answered
+        "cleaner.before-swap",  # a cleaned segment's files written, not yet swapped in
     }
 )
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onceflow.broker.faults import crash_point
+from onceflow.broker.faults import crash_point, delay_point
 from onceflow.compaction import (
     CleanerStats,
     CleanRound,
@@ -217,6 +217,7 @@ class LogCleaner:
                 writer = await asyncio.to_thread(
                     _write_group, plog.directory, replaced, clean_round, config, now
                 )
+                await delay_point("cleaner.before-swap")
                 if not self._live(partition, config):
                     writer.abandon()
                     raise _RoundDropped("the topic was deleted or altered")
