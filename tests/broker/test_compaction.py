@@ -311,7 +311,8 @@ def test_an_idempotent_retry_after_a_clean_and_a_restart_is_a_duplicate(
     assert _produce_keyed(broker.bootstrap, topic_name, (pid, epoch), 10, [b"same"])[0] == (
         ErrorCode.none
     )
-    assert [r[0] for r in read(broker.bootstrap, topic_name) if r[1] == b"same"][0] == last[1] + 4
+    offsets = [r[0] for r in read(broker.bootstrap, topic_name) if r[1] == b"same"]
+    assert offsets[0] == last[1] + 4
 
 
 CRASH_POINTS = [
