@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
