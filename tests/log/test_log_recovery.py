@@ -38,9 +38,9 @@ def recovered_bases(monkeypatch):
     seen: list[int] = []
     original = Segment.recover
 
-    def spy(self, config):
+    def spy(self, config, next_base=None):
         seen.append(self.base_offset)
-        return original(self, config)
+        return original(self, config, next_base)
 
     monkeypatch.setattr(Segment, "recover", spy)
     return seen

@@ -27,6 +27,11 @@ POINTS = frozenset(
         "txn.before-complete",  # every marker durable, Complete* not yet written
         "topics.before-record",  # a CreateTopics' directories made, topics.json not yet written
         "topics.after-delete-rename",  # deleted topics' directories renamed, not yet removed
+        "cleaner.after-cleaned",  # a cleaned segment's .cleaned files written and synced
+        "cleaner.after-swap-rename",  # renamed to .swap (the commit point), old files intact
+        "cleaner.after-deleted-rename",  # the replaced segments' files renamed to .deleted
+        "cleaner.after-swap-complete",  # .swap renamed to the live names, .deleted not removed
+        "cleaner.before-checkpoint",  # a round's segments swapped, its checkpoint not written
     }
 )
 
@@ -51,6 +56,7 @@ DELAY_POINTS = frozenset(
         "txn.before-markers",  # decided (Prepare* durable), no marker yet
         "commit.before-round",  # a group-commit round gathered its logs, none prepared yet
         "produce.before-response",  # appended and durable, the producer not yet answered
+        "cleaner.before-swap",  # a cleaned segment's files written, not yet swapped in
     }
 )
 
@@ -73,6 +79,7 @@ async def delay_point(name: str) -> None:
 RAISE_POINTS = frozenset(
     {
         "loop.retention",  # one retention check (log.retention.check.interval.ms)
+        "loop.log-cleaner",  # one log cleaner round (log.cleaner.backoff.ms)
         "loop.group-timer",  # one tick of the group coordinator's timers (session expiry)
         "loop.transaction-timeout",  # one check for timed-out transactions
         "commit.prepare",  # preparing one log's flush in a group-commit round

@@ -21,6 +21,8 @@ from onceflow.log.errors import DescriptorsExhaustedError
 from onceflow.log.file_handles import file_handles
 from onceflow.log.full_disk import check_space
 from onceflow.log.partition_log import PartitionLog
+from onceflow.log.segment import Segment
+from onceflow.log.swap import Crash, no_crash
 from onceflow.records.batch import BatchHeader, iter_batches
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.records.record import decode_batch
@@ -47,6 +49,8 @@ class Partition:
     # Offsets of the snapshot files on disk, listed once: a directory of thousands of small
     # segments must not be listed again at every roll.
     _snapshots: list[int] | None = None
+    # The log cleaner is reading this partition's rolled segments (retention waits).
+    cleaning: bool = False
 
     @classmethod
     def open(
@@ -73,7 +77,8 @@ class Partition:
         self.aborted.truncate_after(start)
         for header in self.log.iter_batch_headers(start):
             control = None
-            if header.is_control:
+            if header.is_control and header.records_count > 0:
+                # (an emptied control batch, kept by the cleaner, only moves the epoch)
                 batch = decode_batch(self.log.read(header.base_offset, 1).data)
                 control_type, coordinator_epoch = parse_control_record(batch.records[0])
                 control = (control_type == ControlType.COMMIT, coordinator_epoch)
@@ -125,12 +130,21 @@ class Partition:
 
     def apply_retention(self) -> int:
         """Delete segments past retention (never above the high watermark) with their aborted
-        transactions, and forget producers idle past producer.id.expiration.ms."""
-        deleted = self.log.delete_expired_segments(high_watermark=self.high_watermark)
+        transactions, and forget producers idle past producer.id.expiration.ms. Segments wait
+        while the cleaner reads them (it would then drop its work; the next check gets them)."""
+        deleted = 0
+        if not self.cleaning:
+            deleted = self.log.delete_expired_segments(high_watermark=self.high_watermark)
         if deleted:
             self.aborted.delete_before(self.log.log_start_offset)
         self.producers.remove_expired()
         return deleted
+
+    def replace_cleaned(self, base: int, replaced: list[Segment], crash: Crash = no_crash) -> None:
+        """Swap a cleaned segment in (PartitionLog.replace_segments) and its aborted
+        transactions' index with it."""
+        self.log.replace_segments(base, replaced, crash)
+        self.aborted.replace_segments([s.base_offset for s in replaced], base)
 
     def notify(self) -> None:
         for listener in list(self.listeners):

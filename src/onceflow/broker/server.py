@@ -26,6 +26,7 @@ from onceflow.broker.durability import (
     until_durable,
 )
 from onceflow.broker.faults import raise_point
+from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.malloc import HeapTrimmer
 from onceflow.broker.memory_pool import MemoryPool
@@ -70,6 +71,7 @@ class Broker:
             config.data_dir / "__consumer_offsets-0", self.committer, clock
         )
         self.transactions = Transactions(self)
+        self.cleaner = LogCleaner(self)
         self.groups = GroupCoordinator(
             clock,
             GroupCoordinatorConfig.from_properties(
@@ -110,6 +112,10 @@ class Broker:
         self._spawn(
             "retention",
             self._every("retention", self._retention_delay, self._retention_tick),
+        )
+        self._spawn(
+            "log-cleaner",
+            self._every("log-cleaner", self.cleaner.delay, self.cleaner.tick),
         )
         self._spawn(
             "group-timer",
@@ -292,6 +298,8 @@ class Broker:
         for batch in self.offsets_log.batches():
             header = batch.header
             replayed += len(batch.records)
+            if header.is_control and not batch.records:
+                continue  # emptied by the cleaner: its transaction's records are gone
             if header.is_control:
                 commit = parse_control_record(batch.records[0])[0] == ControlType.COMMIT
                 self.groups.complete_transaction(header.producer_id, commit)

@@ -50,3 +50,8 @@ class DescriptorsExhaustedError(LogError):
     LogStorageError it is not a disk failure and does not halt the broker: it is raised
     before anything is written, so memory and disk still agree.
     """
+
+
+class SegmentsChangedError(LogError):
+    """The segments a clean replaces are no longer the log's (retention, a truncation, the log
+    closed): the cleaned files are dropped and the clean done again later."""

@@ -27,6 +27,7 @@ from onceflow.log.errors import (
     LogStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
+    SegmentsChangedError,
 )
 from onceflow.log.file_handles import FileHandle, file_handles
 from onceflow.log.flush import FlushTicket
@@ -37,6 +38,7 @@ from onceflow.log.recovery import (
 )
 from onceflow.log.recovery_point import RecoveryPointFile
 from onceflow.log.segment import Segment
+from onceflow.log.swap import Crash, no_crash, swap_in
 from onceflow.records.batch import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
@@ -298,6 +300,10 @@ class PartitionLog:
             return ReadResult(b"", start_offset)
         i = bisect.bisect_right(self._bases, start_offset) - 1
         located = self._segments[i].translate_offset(start_offset)
+        while located is None and i + 1 < len(self._segments):
+            # past the segment's last batch (a gap compaction left at its end): the next one
+            i += 1
+            located = self._segments[i].translate_offset(start_offset)
         if located is None or located[1].base_offset >= bound:
             return ReadResult(b"", start_offset)
         position, first = located
@@ -365,6 +371,60 @@ class PartitionLog:
         i = bisect.bisect_right(self._bases, start) - 1
         for segment in list(self._segments[i:]):
             yield from segment.iter_batches(start, with_bytes=with_bytes)
+
+    # -- compaction ---------------------------------------------------------------------
+
+    @property
+    def segments(self) -> list[Segment]:
+        """Every segment, the active one last (a copy: planning a clean)."""
+        return list(self._segments)
+
+    def segments_below(self, offset: int) -> list[Segment]:
+        """The rolled segments starting below `offset` (never the active one): what a clean
+        reads, from a worker thread; `replace_segments` checks they are still the log's."""
+        self._check_open()
+        return [s for s in self._segments[:-1] if s.base_offset < offset]
+
+    def replace_segments(self, base: int, replaced: list[Segment], crash: Crash = no_crash) -> None:
+        """Swap the synced `.cleaned` segment `base` in for `replaced` (consecutive rolled
+        segments, the first at `base`), by the crash-safe protocol of swap.py; on the owning
+        thread. Raises SegmentsChangedError (nothing renamed) when they are not the log's."""
+        self._check_open()
+        if not replaced or replaced[0].base_offset != base:
+            raise ValueError(f"segment {base} must replace a run of segments starting at it")
+        try:
+            i = next(n for n, s in enumerate(self._segments) if s is replaced[0])
+        except StopIteration:
+            raise SegmentsChangedError(f"segment {base} of {self.directory} is gone") from None
+        end = i + len(replaced)
+        if self._segments[i:end] != replaced or end >= len(self._segments):
+            raise SegmentsChangedError(f"segments from {base} of {self.directory} changed")
+        next_base = self._segments[end].base_offset
+        for segment in replaced:
+            segment.close()  # descriptors of the old inodes: never used again
+        try:
+            swap_in(
+                self.directory,
+                base,
+                [s.base_offset for s in replaced],
+                self._dir_file.fsync,
+                crash,
+            )
+            segment = Segment.open_existing(self.directory, base, self.config, self._clock())
+            if not segment.load(self.config, next_base):
+                segment.recover(self.config, next_base)
+                _sync_segment(segment)
+            segment.close_index_files()
+        except OSError as exc:
+            raise LogStorageError(f"swap of cleaned segment {base} failed: {exc}") from exc
+        if segment.next_offset != next_base:
+            raise LogStorageError(
+                f"cleaned segment {base} ends at {segment.next_offset}, not at {next_base}"
+            )
+        self._segments[i:end] = [segment]
+        self._bases = [s.base_offset for s in self._segments]
+        for pending in (self._unsynced_rolled, self._waived_rolled):
+            pending[:] = [s for s in pending if s not in replaced]
 
     # -- retention ----------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from onceflow.log.segment import (
     delete_segment_files,
     parse_segment_file_name,
 )
+from onceflow.log.swap import resolve_swaps
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +47,8 @@ def load_segments(directory: Path, config: LogConfig, now: int) -> LoadedSegment
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         segment = Segment.open_existing(directory, base, config, now)
         durable = clean or (next_base is not None and next_base <= recovery_point)
-        if not (durable and segment.load(config)):
-            segment.recover(config)
+        if not (durable and segment.load(config, next_base)):
+            segment.recover(config, next_base)
             result.recovered.append(segment)
         result.segments.append(segment)
         if next_base is not None and segment.next_offset != next_base:
@@ -73,7 +74,7 @@ def _sweep(directory: Path) -> tuple[list[int], bool]:
     """Base offsets of the segments present; removes temp files and orphaned index files."""
     bases: set[int] = set()
     others: list[tuple[int, Path]] = []
-    changed = False
+    changed = resolve_swaps(directory)
     with os.scandir(directory) as entries:
         for entry in entries:
             if entry.name.endswith(".tmp"):

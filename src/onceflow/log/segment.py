@@ -49,10 +49,11 @@ def parse_segment_file_name(name: str) -> tuple[int, str] | None:
     return int(match.group(1)), match.group(2)
 
 
-def delete_segment_files(directory: Path, base_offset: int) -> None:
-    """Unlink every file of a segment, the log first (open() sweeps orphaned indexes)."""
+def delete_segment_files(directory: Path, base_offset: int, tail: str = "") -> None:
+    """Unlink every file of a segment, the log first (open() sweeps orphaned indexes);
+    `tail` names the files of a segment being swapped in (`.cleaned`, `.swap`)."""
     for suffix in SEGMENT_FILE_SUFFIXES:
-        segment_file(directory, base_offset, suffix).unlink(missing_ok=True)
+        segment_file(directory, base_offset, suffix + tail).unlink(missing_ok=True)
 
 
 class Segment:
@@ -69,9 +70,11 @@ class Segment:
         file: FileHandle,
         config: LogConfig,
         created_ms: int,
+        tail: str = "",
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
+        self.tail = tail  # "" for a live segment; ".cleaned" while the cleaner writes one
         self._file = file
         self.created_ms = created_ms
         self.size = 0  # bytes of complete batches; reads stop here
@@ -81,12 +84,12 @@ class Segment:
         self.first_batch_timestamp: int | None = None  # what time-based rolling measures from
         self.bytes_since_last_index_entry = 0
         self.offset_index = OffsetIndex(
-            segment_file(directory, base_offset, INDEX_SUFFIX),
+            segment_file(directory, base_offset, INDEX_SUFFIX + tail),
             base_offset,
             config.segment_index_bytes,
         )
         self.time_index = TimeIndex(
-            segment_file(directory, base_offset, TIME_INDEX_SUFFIX),
+            segment_file(directory, base_offset, TIME_INDEX_SUFFIX + tail),
             base_offset,
             config.segment_index_bytes,
         )
@@ -94,10 +97,12 @@ class Segment:
     # -- creation and loading -----------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, config: LogConfig, now: int) -> Segment:
-        path = segment_file(directory, base_offset, LOG_SUFFIX)
+    def create(
+        cls, directory: Path, base_offset: int, config: LogConfig, now: int, tail: str = ""
+    ) -> Segment:
+        path = segment_file(directory, base_offset, LOG_SUFFIX + tail)
         file = file_handles().open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-        segment = cls(directory, base_offset, file, config, now)
+        segment = cls(directory, base_offset, file, config, now, tail)
         try:
             segment.offset_index.replace([])
             segment.time_index.replace([])
@@ -121,10 +126,14 @@ class Segment:
 
     @property
     def log_path(self) -> Path:
-        return segment_file(self.directory, self.base_offset, LOG_SUFFIX)
+        return segment_file(self.directory, self.base_offset, LOG_SUFFIX + self.tail)
 
-    def load(self, config: LogConfig) -> bool:
+    def load(self, config: LogConfig, next_base: int | None = None) -> bool:
         """Trust the log file and load the indexes; False when they need a rebuild (recover).
+
+        `next_base` is the next segment's base offset (None for the last segment): only a
+        segment followed by another may hold the gaps the cleaner leaves (it never cleans the
+        active segment), and only below that base.
 
         The indexes are sanity-checked against the log (their last entries must name real
         batches); the segment's end is found by scanning the headers after the last offset
@@ -152,7 +161,7 @@ class Segment:
                     return False
             if self.size > 0:
                 first = self._header_at(0)
-                if first is None or first.base_offset != self.base_offset:
+                if first is None or not _follows(first, self.base_offset, next_base):
                     logger.warning("segment %s does not start at its base offset", self.log_path)
                     return False
                 self.first_batch_timestamp = first.max_timestamp
@@ -167,7 +176,7 @@ class Segment:
             self.bytes_since_last_index_entry = self.size - scan_from
             expected = self.base_offset if scan_from == 0 else None
             for _, header, _ in iter_file_batches(self._file.pread, scan_from, self.size):
-                if expected is not None and header.base_offset != expected:
+                if expected is not None and not _follows(header, expected, next_base):
                     return False
                 self._observe_max_timestamp(header)
                 expected = header.next_offset
@@ -179,8 +188,11 @@ class Segment:
             return False
         return True
 
-    def recover(self, config: LogConfig) -> int:
+    def recover(self, config: LogConfig, next_base: int | None = None) -> int:
         """CRC-check every batch, truncate after the last valid one, rebuild the indexes.
+
+        Offsets must be contiguous, except in a segment followed by another (`next_base`),
+        which may hold the cleaner's gaps (base offsets then only grow, below `next_base`).
 
         Returns the number of bytes truncated (a torn or corrupt tail).
         """
@@ -202,7 +214,7 @@ class Segment:
                 verify_crc=True,
                 chunk_bytes=1 << 20,
             ):
-                if header.base_offset != self.next_offset:
+                if not _follows(header, self.next_offset, next_base):
                     raise CorruptSegmentError(
                         f"batch base offset {header.base_offset}, expected {self.next_offset}",
                         position,
@@ -374,7 +386,8 @@ class Segment:
             return None
         start = self.offset_index.lookup(self.time_index.lookup(timestamp))
         for _, header, _ in iter_file_batches(self._file.pread, start, self.size):
-            if header.max_timestamp >= timestamp:
+            # An emptied batch (kept by the cleaner) holds no record to point a consumer at.
+            if header.max_timestamp >= timestamp and header.records_count > 0:
                 return header.base_offset, header.max_timestamp
         return None
 
@@ -417,4 +430,13 @@ class Segment:
     def delete_files(self) -> None:
         """Close and unlink every file of this segment."""
         self.close()
-        delete_segment_files(self.directory, self.base_offset)
+        delete_segment_files(self.directory, self.base_offset, self.tail)
+
+
+def _follows(header: BatchHeader, expected: int, next_base: int | None) -> bool:
+    """Whether a batch may come where offset `expected` is due: exactly there, or, in a
+    segment the cleaner may have rewritten (one followed by `next_base`), anywhere from there
+    as long as it ends below the next segment."""
+    if next_base is None:
+        return header.base_offset == expected
+    return expected <= header.base_offset and header.last_offset < next_base

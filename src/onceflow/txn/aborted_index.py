@@ -304,6 +304,20 @@ class AbortedTxnIndex:
                 self._remove_file(base)
         self._rebuild_view()
 
+    def replace_segments(self, replaced: list[int], base: int) -> None:
+        """The log swapped a cleaned segment `base` in for the segments at `replaced` (their
+        `.txnindex` files went with them): forget theirs, load the cleaned one's, if any."""
+        with self._lock:
+            for old in replaced:
+                file = self._files.pop(old, None)
+                if file is not None:
+                    file.close()
+                self._dirty.discard(old)
+            path = txn_index_file(self.directory, base)
+            if path.exists():
+                self._files[base] = _IndexFile(path, base, _load(path, base))
+        self._rebuild_view()
+
     def close(self) -> None:
         """Flush and close every file."""
         self.flush()
@@ -354,3 +368,13 @@ def _load(path: Path, base_offset: int) -> list[AbortedTxn]:
         previous = last
         entries.append(AbortedTxn(producer_id, first, last, lso))
     return entries
+
+
+def encode_entries(entries: list[AbortedTxn]) -> bytes:
+    """The content of a `.txnindex` holding `entries` (a cleaned segment's)."""
+    return b"".join(
+        ENTRY.pack(
+            CURRENT_VERSION, t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset
+        )
+        for t in entries
+    )

@@ -341,6 +341,8 @@ class ProducerStateManager:
         `control` is (commit, coordinator epoch) of a marker batch and None otherwise.
         """
         if header.is_control:
+            if control is None and header.records_count == 0:
+                return self._replay_empty_marker(header)
             if control is None:
                 raise ValueError(f"control batch at offset {header.base_offset} needs its marker")
             if header.producer_id < 0:
@@ -356,6 +358,14 @@ class ProducerStateManager:
                 header.max_timestamp,
             )
         self.on_append(header)
+        return None
+
+    def _replay_empty_marker(self, header: BatchHeader) -> None:
+        """A control batch the cleaner emptied (its transaction's data is all gone, Kafka's
+        RETAIN_EMPTY): nothing to complete, only the producer's epoch moves."""
+        self._map_end_offset = max(self._map_end_offset, header.next_offset)
+        if header.producer_id >= 0:
+            self._entry(header.producer_id).maybe_update_epoch(header.producer_epoch)
         return None
 
     def _entry(self, producer_id: int) -> ProducerStateEntry:
