@@ -15,6 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kio.schema.errors import ErrorCode
+
+from onceflow.broker.append_outcome import (
+    Appended,
+    AppendRefused,
+    TransactionChecks,
+    records_error_code,
+)
+from onceflow.broker.keyless_records import keyless_message, null_key_indexes, refusal_message
 from onceflow.clock import Clock
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import DescriptorsExhaustedError
@@ -25,10 +34,13 @@ from onceflow.log.segment import Segment
 from onceflow.log.swap import Crash, no_crash
 from onceflow.records.batch import BatchHeader, iter_batches
 from onceflow.records.control import ControlType, parse_control_record
+from onceflow.records.decompression import DEFAULT_MAX_DECOMPRESSED_BYTES
+from onceflow.records.errors import RecordsError
 from onceflow.records.record import decode_batch
+from onceflow.records.validation import validate_produce_records
 from onceflow.txn.aborted_index import AbortedTxnIndex
-from onceflow.txn.errors import CorruptSnapshotError
-from onceflow.txn.producer_state import CompletedTxn, ProducerStateManager
+from onceflow.txn.errors import CorruptSnapshotError, TxnError
+from onceflow.txn.producer_state import CompletedTxn, DuplicateBatch, ProducerStateManager
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +117,101 @@ class Partition:
         return self.aborted.collect(start_offset, end_offset)
 
     # -- appends ----------------------------------------------------------------------------
+
+    def append_records(
+        self,
+        records: bytes,
+        transactional_id: str | None,
+        transactions: TransactionChecks,
+        *,
+        produce_version: int = 0,
+        max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    ) -> Appended:
+        """The exactly-once append of a produced batch: every record walked, the topic's
+        rules (size, keys on a compacted topic), the producer id issued, KIP-890 verification,
+        the producer-state checks (a retry answered with its original offsets), the write.
+        Raises AppendRefused with Kafka's error code; nothing is written then."""
+        config = self.log.config
+        try:
+            # max.message.bytes is checked on the header, before any record is walked
+            validated = validate_produce_records(
+                records,
+                max_batch_size=config.max_message_bytes,
+                max_decompressed_bytes=max_decompressed_bytes,
+            )
+        except RecordsError as e:
+            raise AppendRefused(records_error_code(e), str(e)) from None
+        headers = validated.batches
+        [(position, header)] = headers  # validation allows exactly one batch (Produce v3+)
+        if config.compact and validated.null_keys:
+            # LogValidator.validateKey, before the size and producer-state checks, as in Kafka
+            message = keyless_message(self.topic, self.index)
+            indexes = null_key_indexes(
+                records, position, header, max_decompressed_bytes=max_decompressed_bytes
+            )
+            errors = [(index, message) for index in indexes]
+            raise AppendRefused(
+                ErrorCode.invalid_record, refusal_message(validated.null_keys, errors), errors
+            )
+        if header.size > config.segment_bytes:  # as Kafka: a batch never spans segments
+            raise AppendRefused(
+                ErrorCode.record_list_too_large,
+                f"batch of {header.size} bytes exceeds segment.bytes={config.segment_bytes}",
+            )
+        if header.has_producer_id:
+            duplicate = self._check_producer(
+                header, transactional_id, transactions, produce_version
+            )
+            if duplicate is not None:
+                return Appended(duplicate.first_offset, -1, self.log.log_start_offset)
+        try:
+            info = self.log.append(records, headers)
+        except DescriptorsExhaustedError as e:
+            # Nothing was written; Kafka's clients retry KAFKA_STORAGE_ERROR.
+            raise AppendRefused(ErrorCode.kafka_storage_error, str(e)) from None
+        self.after_append([h for _, h in info.headers])
+        return Appended(info.first_offset, info.log_append_time, info.log_start_offset)
+
+    def _check_producer(
+        self,
+        header: BatchHeader,
+        transactional_id: str | None,
+        transactions: TransactionChecks,
+        produce_version: int,
+    ) -> DuplicateBatch | None:
+        if not transactions.was_issued(header.producer_id):
+            # Made-up ids would each cost producer state for a day; clients reset their
+            # producer id on UNKNOWN_PRODUCER_ID (INVALID_PRODUCER_ID_MAPPING is fatal to them).
+            raise AppendRefused(
+                ErrorCode.unknown_producer_id,
+                f"producer id {header.producer_id} was never issued by this broker",
+            )
+        verdict = ErrorCode.none
+        if self.producers.needs_verification(header):
+            # KIP-890: a transactional batch may only open a transaction on a partition that
+            # the coordinator added to the producer's ongoing transaction.
+            verdict = (
+                transactions.is_in_transaction(
+                    transactional_id,
+                    header.producer_id,
+                    header.producer_epoch,
+                    self.topic,
+                    self.index,
+                    produce_version=produce_version,
+                )
+                if transactional_id
+                else ErrorCode.invalid_txn_state
+            )
+        verified = verdict == ErrorCode.none
+        try:
+            return self.producers.check_append(header, transaction_verified=verified)
+        except TxnError as e:
+            code = e.error_code
+            if not verified and code == ErrorCode.invalid_txn_state and transactional_id:
+                # The coordinator's verdict as Kafka maps it for Produce: a fenced producer
+                # expects INVALID_PRODUCER_EPOCH, a completing transaction a retry.
+                code = verdict
+            raise AppendRefused(code, str(e)) from None
 
     def after_append(self, headers: list[BatchHeader]) -> None:
         for header in headers:

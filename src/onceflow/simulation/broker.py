@@ -2,9 +2,9 @@
 over simulated logs, with every asynchronous wait turned into an event the scheduler runs.
 
 Mirrored from the broker, step for step:
-- Produce: `broker.handlers.produce.append_to_partition` itself (validation, KIP-890
-  verification, idempotence checks, append, producer state), answered once the partition's
-  appended data is durable (acks=all).
+- Produce: `Partition.append_records` itself (validation, KIP-890 verification, idempotence
+  checks, append, producer state), answered once the partition's appended data is durable
+  (acks=all).
 - Coordinator results (`broker.transactions.Transactions.run`): records appended to
   `__transaction_state`, replayed once durable, then the answer and the markers.
 - Markers (`Transactions._write_markers`): all of a job's markers appended at once (to the
@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker import partition as partition_module
-from onceflow.broker.handlers.produce import ProduceError, append_to_partition
+from onceflow.broker.append_outcome import AppendRefused
 from onceflow.broker.partition import Partition
 from onceflow.clock import Clock
 from onceflow.groups.coordinator import GroupCoordinator
@@ -250,13 +250,10 @@ class SimBroker:
         partition = self.partitions[request.partition]
         before = partition.log.log_end_offset
         try:
-            appended = append_to_partition(
-                self,
-                partition,
-                request.records,
-                request.transactional_id,  # type: ignore[arg-type]
+            appended = partition.append_records(
+                request.records, request.transactional_id, self.coordinator
             )
-        except ProduceError as e:
+        except AppendRefused as e:
             reply(Answer(e.code))
             return
         log = partition.log
@@ -278,18 +275,13 @@ class SimBroker:
         topic: str,
         index: int,
     ) -> bool:
-        """Transactions.verify_partition (KIP-890), for append_to_partition."""
+        """Transactions.verify_partition (KIP-890), for TxnOffsetCommit."""
         if not transactional_id:
             return False
         error = self.coordinator.is_in_transaction(
             transactional_id, producer_id, producer_epoch, topic, index
         )
         return error == ErrorCode.none
-
-    @property
-    def transactions(self) -> SimBroker:
-        # append_to_partition calls broker.transactions.verify_partition
-        return self
 
     def _txn_offset_commit(self, request: TxnOffsetCommit, reply: Reply) -> None:
         offsets = {tp: OffsetAndMetadata(offset) for tp, offset in request.offsets}

@@ -1,0 +1,76 @@
+"""What a produced batch's exactly-once append answers: the offsets it got, or its refusal with
+Kafka's error code; and what the append asks the transaction coordinator.
+
+`Partition.append_records` does the append (validation, KIP-890 verification, producer-state
+checks, the write); Produce's handler and the simulation only translate requests and answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.records.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordsError,
+    RecordTooLargeError,
+    UnsupportedCompressionError,
+    UnsupportedMagicError,
+)
+
+_RECORDS_ERRORS: list[tuple[type[RecordsError], ErrorCode]] = [
+    (UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
+    (UnsupportedCompressionError, ErrorCode.unsupported_compression_type),
+    (InvalidRecordError, ErrorCode.invalid_record),
+    # Kafka's RecordTooLargeException; on it Java and librdkafka producers split the batch
+    (RecordTooLargeError, ErrorCode.message_too_large),
+    (CorruptRecordError, ErrorCode.corrupt_message),
+]
+
+
+def records_error_code(error: RecordsError) -> ErrorCode:
+    for kind, code in _RECORDS_ERRORS:
+        if isinstance(error, kind):
+            return code
+    return ErrorCode.corrupt_message
+
+
+class AppendRefused(Exception):
+    """The batch was not appended: Kafka's error code for the producer, and the records at
+    fault as (batch index, message) for Produce v8+'s record_errors."""
+
+    def __init__(
+        self, code: ErrorCode, message: str, record_errors: list[tuple[int, str]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.record_errors = record_errors or []
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where the batch is (a retried duplicate: where its original is)."""
+
+    first_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+
+
+class TransactionChecks(Protocol):
+    """What the append asks the transaction coordinator (TransactionCoordinator has both)."""
+
+    def was_issued(self, producer_id: int) -> bool: ...
+
+    def is_in_transaction(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        topic: str,
+        partition: int,
+        *,
+        produce_version: int = 0,
+    ) -> ErrorCode: ...
