@@ -18,6 +18,7 @@ from onceflow.verify.history import (
     POLL,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    TOPICS,
     TXN,
     TXN_END,
     History,
@@ -48,13 +49,17 @@ class Scenario:
         intent: str = COMMIT,
         reads: list[Placed] | None = None,
         offsets: list[tuple[str, int, int]] | None = None,
+        keys: dict[str, tuple[str, bool]] | None = None,
     ) -> None:
-        """A transaction whose writes landed at the given offsets (offset -1: not delivered)."""
+        """A transaction whose writes landed at the given offsets (offset -1: not delivered);
+        `keys` gives keyed writes their key and whether they are tombstones."""
         invoke: dict[str, Any] = {
             "txn": txn,
             "intent": intent,
             "writes": [[t, p, v] for t, p, _, v in placed],
         }
+        if keys is not None:
+            invoke["keys"] = {v: [k, dead] for v, (k, dead) in keys.items()}
         if reads is not None:
             invoke |= {"reads": [list(r) for r in reads], "group": GROUP}
             invoke["offsets"] = [list(o) for o in offsets or []]
@@ -64,6 +69,11 @@ class Scenario:
         self._add(process, INFO, TXN_END, {"txn": txn, "end": end, "delivered": delivered})
         error = None if outcome == OK else "test"
         self._add(process, outcome, TXN, {"txn": txn, "delivered": delivered, "error": error})
+
+    def topics(self, topics: dict[str, tuple[int, dict[str, str]]]) -> None:
+        """The harness's record of the topics it created: name -> (partitions, configs)."""
+        value = {name: {"partitions": n, "configs": c} for name, (n, c) in topics.items()}
+        self._add("harness", INFO, TOPICS, {"topics": value})
 
     def poll(self, process: str, records: list[Placed], isolation: str = READ_COMMITTED) -> None:
         self._add(process, INVOKE, POLL, {"isolation": isolation})

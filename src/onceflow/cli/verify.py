@@ -93,6 +93,18 @@ def verify_command(
         int,
         typer.Option("--copiers", min=0, help="Consume-transform-produce copiers (one group)."),
     ] = 2,
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload",
+            "-w",
+            help="default: transactional producers and copiers over plain topics; "
+            "compacted: keyed transactional producers (a small key space, tombstones, aborts) "
+            "on a compacted topic with tiny segments and an eager cleaner, checked for the "
+            "last committed value of every key, no aborted value after cleaning and no "
+            "offset changed.",
+        ),
+    ] = "default",
     transaction_timeout_ms: Annotated[
         int,
         typer.Option(
@@ -127,6 +139,8 @@ def verify_command(
         kinds = parse_faults(faults)
     except ValueError as e:
         raise UsageError(f"Invalid --faults: {e}.") from None
+    if workload not in ("default", "compacted"):
+        raise UsageError(f"Invalid --workload '{workload}': default or compacted.")
     options = VerifyOptions(
         duration_s=parse_duration(duration),
         faults=kinds,
@@ -136,12 +150,13 @@ def verify_command(
         producers=producers,
         copiers=copiers,
         transaction_timeout_ms=transaction_timeout_ms,
+        workload=workload,
     )
     err = stderr_console()
     target = "the embedded broker" if options.embedded else options.bootstrap
     err.print(
         f"onceflow verify: {target}, {options.duration_s:g} s, faults "
-        f"{','.join(kinds) or 'none'}, seed {options.seed}"
+        f"{','.join(kinds) or 'none'}, seed {options.seed}, workload {workload}"
     )
     last = {"phase": "", "at": -PROGRESS_EVERY_S}
 

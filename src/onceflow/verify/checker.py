@@ -25,6 +25,26 @@ Anomalies (each with the offending values and offsets):
   transaction (or no transaction) committed;
 - hanging-transaction: the final read_committed pass could not reach the end of a partition
   (its last stable offset stayed below the high watermark: a transaction never completed).
+
+Compacted topics (`cleanup.policy` with `compact`, from the harness's `topics` operation; the
+writes carry keys). The cleaner legitimately removes a record that is *removable*: a tombstone
+(after `delete.retention.ms`), a record of a transaction not known to have committed (aborted
+records go; unknown outcomes are given the benefit of the doubt), or a record *superseded* by a
+write of the same key at a higher offset of the same partition whose transaction did not
+certainly abort (or whose offset is unknown). The checks above that want a value present
+(lost-write, torn-transaction) excuse removable values there, and three checks are added:
+- last-value-lost: per key, the *last committed value* is the committed write (acknowledged,
+  or of an unknown-outcome transaction seen by a read_committed read) at the highest offset:
+  the log order, which is the order compaction keeps and a consumer materialising a table
+  applies, not the order the commits completed in. The final read_committed pass (after the
+  cleaner ran) must hold, as the key's highest-offset record, that value or a later write of a
+  transaction of unknown outcome; or nothing, if that value is a tombstone or a later
+  tombstone of unknown outcome may have committed (and then been removed);
+- aborted-read covers the final read_committed pass too: no aborted value becomes visible
+  when cleaning drops its transaction's abort marker;
+- offset-changed: a value the final passes hold at one offset was delivered or read at
+  another (the cleaner must never move a record; reported instead of duplicate when the
+  final passes hold the value only once).
 """
 
 from __future__ import annotations
@@ -46,6 +66,7 @@ from onceflow.verify.history import (
     POLL,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    TOPICS,
     TXN,
     TXN_END,
     UNKNOWN,
@@ -68,6 +89,8 @@ KINDS = (
     "aborted-offsets",
     "phantom-offsets",
     "hanging-transaction",
+    "last-value-lost",
+    "offset-changed",
 )
 MAX_LISTED = 10  # offending values listed per anomaly, beyond which only a count is given
 
@@ -98,6 +121,7 @@ class Txn:
     end: str | None = None  # commit or abort, once requested
     error: str | None = None
     delivered: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    keys: dict[str, tuple[str, bool]] = field(default_factory=dict)  # value -> key, tombstone
 
     @property
     def committed(self) -> bool:
@@ -182,6 +206,9 @@ class _Model:
         self.finals: dict[str, FinalPass] = {}
         self.final_offsets: dict[TopicPartition, int] | None = None
         self.faults: Counter[str] = Counter()
+        self.compacted: set[str] = set()  # topics the cleaner compacts
+        self.keys: dict[str, tuple[str, bool]] = {}  # value -> (key, is a tombstone)
+        self.by_key: dict[tuple[str, int, str], list[str]] = defaultdict(list)  # values
         self.ops = 0
         for op in ops:
             self.ops += 1
@@ -219,6 +246,11 @@ class _Model:
                 self.final_offsets = found
             else:
                 self.offset_reads.append((op, found))
+        elif op.f == TOPICS:
+            for name, topic in v.get("topics", {}).items():
+                policy = str(topic.get("configs", {}).get("cleanup.policy", "delete"))
+                if "compact" in policy.split(","):
+                    self.compacted.add(str(name))
         elif op.f == FINAL_READ:
             final = self.finals.setdefault(str(v["isolation"]), FinalPass(str(v["isolation"])))
             for t, p, position, hw in v.get("partitions", []):
@@ -239,6 +271,7 @@ class _Model:
             [(str(t), int(p), str(val)) for t, p, val in v.get("writes", [])],
             records(v, "reads"),
             {(str(t), int(p)): int(o) for t, p, o in v.get("offsets", [])},
+            keys={str(val): (str(k), bool(dead)) for val, (k, dead) in v.get("keys", {}).items()},
         )
         self.txns[txn_id] = txn
         for t, p, value in txn.writes:
@@ -246,6 +279,9 @@ class _Model:
                 raise CheckerError(f"value {value!r} written by two transactions")
             self.writer[value] = txn
             self.written_to[value] = (t, p)
+            if value in txn.keys:
+                self.keys[value] = txn.keys[value]
+                self.by_key[(t, p, txn.keys[value][0])].append(value)
 
     @staticmethod
     def _delivered(txn: Txn, delivered: Iterable[Any]) -> None:
@@ -292,12 +328,14 @@ class Checker:
 
     def run(self) -> CheckResult:
         self._observations()
+        self._compaction()
         self._consistency()
         self._reads()
         self._sessions()
         self._final()
         self._copies()
         self._offsets()
+        self._last_values()
         return CheckResult(self.anomalies, self._stats())
 
     # -- what was seen where ---------------------------------------------------------------
@@ -319,6 +357,110 @@ class Checker:
             for t, p, o, value in session.records:
                 self._observe(t, p, o, value, f"read by {session.process}")
 
+    # -- compaction ------------------------------------------------------------------------
+
+    def _compaction(self) -> None:
+        """What compaction may remove: transactions known committed, and per key the highest
+        offset a not-aborted write of it was seen at (or that one was never placed)."""
+        m = self.model
+        self.known_committed: set[str] = {t.id for t in m.txns.values() if t.committed}
+        for _, (_, _, _, value) in self._committed_reads():
+            txn = m.writer.get(value)
+            if txn is not None and txn.uncertain:
+                self.known_committed.add(txn.id)
+        self.latest: dict[tuple[str, int, str], int] = {}
+        self.unplaced: set[tuple[str, int, str]] = set()
+        for place, values in m.by_key.items():
+            for value in values:
+                if m.writer[value].aborted:
+                    continue
+                offset = self._offset(value)
+                if offset is None:
+                    self.unplaced.add(place)
+                else:
+                    self.latest[place] = max(self.latest.get(place, -1), offset)
+        self.final_places: dict[str, set[tuple[str, int, int]]] = defaultdict(set)
+        for final in self.model.finals.values():
+            for (t, p), offsets in final.at.items():
+                for o, value in offsets.items():
+                    self.final_places[value].add((t, p, o))
+
+    def _offset(self, value: str) -> int | None:
+        """The (lowest) offset a value was delivered or read at in its partition."""
+        tp = self.model.written_to.get(value)
+        offsets = [o for t, p, o in self.where.get(value, ()) if (t, p) == tp]
+        return min(offsets) if offsets else None
+
+    def removable(self, value: str) -> bool:
+        """Whether the cleaner may have removed this value (see the module's docstring)."""
+        m = self.model
+        tp = m.written_to.get(value)
+        if tp is None or tp[0] not in m.compacted or value not in m.keys:
+            return False
+        key, tombstone = m.keys[value]
+        if tombstone or m.writer[value].id not in self.known_committed:
+            return True
+        place = (*tp, key)
+        offset = self._offset(value)
+        return offset is None or place in self.unplaced or self.latest.get(place, -1) > offset
+
+    def _last_values(self) -> None:
+        """Per key of a compacted topic: its last committed value is what the final
+        read_committed pass holds for it (see the module's docstring)."""
+        m = self.model
+        found: dict[tuple[str, int, str], tuple[int, str]] = {}
+        for (t, p), offsets in self.final_rc.at.items():
+            for o, value in offsets.items():
+                if value in m.keys and t in m.compacted:
+                    place = (t, p, m.keys[value][0])
+                    found[place] = max(found.get(place, (-1, "")), (o, value))
+        self.keys_checked = self.keys_deleted = 0
+        for place, values in sorted(m.by_key.items()):
+            t, p, key = place
+            if t not in m.compacted or not self.final_rc.complete.get((t, p), False):
+                continue
+            committed = [
+                (o, v)
+                for v in values
+                if m.writer[v].id in self.known_committed and (o := self._offset(v)) is not None
+            ]
+            if not committed:
+                continue
+            self.keys_checked += 1
+            last_offset, last = max(committed)
+            deleted = m.keys[last][1]
+            self.keys_deleted += deleted
+            final = found.get(place)
+            if final is not None and final[0] >= last_offset:
+                continue  # the last committed value, or a later one of unknown outcome
+            if final is None and (deleted or self._maybe_deleted_after(place, last_offset)):
+                continue
+            holds = f"{final[1]!r} at offset {final[0]}" if final else "nothing"
+            self.flag(
+                "last-value-lost",
+                f"key {key!r} of {t}-{p}: the last committed value is {last!r} at offset "
+                f"{last_offset}, but the final read_committed pass holds {holds}",
+                **_place(t, p, last_offset, last),
+                key=key,
+                tombstone=deleted,
+                txn=m.writer[last].id,
+                final=list(final) if final else None,
+            )
+
+    def _maybe_deleted_after(self, place: tuple[str, int, str], offset: int) -> bool:
+        """A tombstone of this key, of unknown outcome, at a higher or unknown offset: it may
+        have committed and been removed after delete.retention.ms."""
+        m = self.model
+        for value in m.by_key.get(place, ()):
+            txn = m.writer[value]
+            if m.keys[value][1] and txn.uncertain:
+                at = self._offset(value)
+                if at is None or at > offset:
+                    return True
+        return False
+
+    # -- the same value, the same offset ----------------------------------------------------
+
     def _consistency(self) -> None:
         for (t, p, o), values in sorted(self.at.items()):
             if len(values) > 1:
@@ -330,7 +472,21 @@ class Checker:
                     values=sources,
                 )
         for value, places in sorted(self.where.items()):
-            if len(places) > 1:
+            final = self.final_places.get(value, set())
+            if len(places) > 1 and len(final) == 1 and next(iter(final))[0] in self.model.compacted:
+                (t, p, o), before = next(iter(final)), sorted(places - final)
+                self.flag(
+                    "offset-changed",
+                    f"value {value!r} is at {t}-{p}:{o} at the end, but was at offset(s) "
+                    f"{[x[2] for x in before]} before",
+                    **_place(t, p, o, value),
+                    before={
+                        f"{bt}-{bp}:{bo}": self.first_source[(bt, bp, bo, value)]
+                        for bt, bp, bo in before
+                    },
+                    writer=self._writer_id(value),
+                )
+            elif len(places) > 1:
                 self.flag(
                     "duplicate",
                     f"value {value!r} at {len(places)} offsets",
@@ -398,6 +554,9 @@ class Checker:
             torn: dict[str, str] = {}
             if session.isolation == READ_COMMITTED and session.process not in self.final_processes:
                 torn = self._torn_in_session(session)  # the final pass is judged as a whole
+            # A record the consumer did read, at another offset, is not skipped: that is
+            # offset-changed (or duplicate, or inconsistent-offset).
+            read = {value: "" for *_, value in session.records}
             for t, p, o, value in session.records:
                 tp = (t, p)
                 previous = last.get(tp, -1)
@@ -410,7 +569,7 @@ class Checker:
                         value=value,
                     )
                 elif o > previous + 1:
-                    self._skip(session, tp, previous, o, expected[session.isolation], torn)
+                    self._skip(session, tp, previous, o, expected[session.isolation], torn | read)
                 last[tp] = max(previous, o)
 
     @staticmethod
@@ -468,7 +627,7 @@ class Checker:
             checked.add(txn.id)
             passed = []
             for t, p, other in txn.writes:
-                if other in seen:
+                if other in seen or self.removable(other):
                     continue
                 offsets = [po for pt, pp, po in self.where.get(other, ()) if (pt, pp) == (t, p)]
                 if offsets and furthest.get((t, p), -1) > min(offsets):
@@ -513,7 +672,9 @@ class Checker:
         for txn in m.txns.values():
             visible = [(t, p, v) for t, p, v in txn.writes if v in committed]
             hidden = [
-                (t, p, v) for t, p, v in txn.writes if v not in committed and (t, p) in rc_done
+                (t, p, v)
+                for t, p, v in txn.writes
+                if v not in committed and (t, p) in rc_done and not self.removable(v)
             ]
             if visible and hidden:
                 self.flag(
@@ -538,7 +699,7 @@ class Checker:
             lost = [
                 (t, p, o, v)
                 for v, (t, p, o) in txn.delivered.items()
-                if o >= 0 and v not in ru_values and (t, p) in ru_done
+                if o >= 0 and v not in ru_values and (t, p) in ru_done and not self.removable(v)
             ]
             if lost:
                 self.flag(
@@ -556,7 +717,7 @@ class Checker:
             if process in self.final_processes or value in committed or value in reported:
                 continue
             txn = m.writer.get(value)
-            if (t, p) not in rc_done or txn is None or txn.aborted:
+            if (t, p) not in rc_done or txn is None or txn.aborted or self.removable(value):
                 continue
             reported.add(value)
             self._flag_read(
@@ -677,6 +838,34 @@ class Checker:
             ),
             "offset_reads": len(m.offset_reads),
             "faults": dict(m.faults),
+            **(self._compaction_stats() if m.compacted else {}),
+        }
+
+    def _compaction_stats(self) -> dict[str, Any]:
+        """How much the checks of a compacted topic had to work on: keys whose last value was
+        checked, and the values seen in the log that the cleaner removed by the end."""
+        m = self.model
+        ru_done = {tp for tp, ok in self.final_ru.complete.items() if ok}
+        cleaned: Counter[str] = Counter()
+        for value, (t, p) in m.written_to.items():
+            if t not in m.compacted or (t, p) not in ru_done or value in self.final_places:
+                continue
+            if self._offset(value) is None:
+                continue  # never in the log as far as anyone saw
+            if m.writer[value].aborted:
+                cleaned["aborted"] += 1
+            elif m.keys.get(value, ("", False))[1]:
+                cleaned["tombstones"] += 1
+            else:
+                cleaned["superseded"] += 1
+        return {
+            "keys": sum(1 for t, _, _ in m.by_key if t in m.compacted),
+            "keys_checked": self.keys_checked,
+            "keys_deleted": self.keys_deleted,
+            "tombstones_written": sum(1 for _, dead in m.keys.values() if dead),
+            "cleaned_superseded": cleaned["superseded"],
+            "cleaned_aborted": cleaned["aborted"],
+            "cleaned_tombstones": cleaned["tombstones"],
         }
 
 

@@ -9,11 +9,18 @@
    every partition to its high watermark (waiting for transactions left open by crashed
    clients to be aborted by the broker's transaction timeout), and the copiers' offsets.
 5. Check the history.
+
+The compacted workload (`workload="compacted"`) runs keyed transactional producers and readers
+on one topic with `cleanup.policy=compact`, tiny segments and an eager cleaner, waits for a
+cleaning round after the producers stop, and counts the cleaner's rounds on that topic from
+the broker's log (one "cleaned T-P [..)" line a round).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import re
 import secrets
 import shutil
 import tempfile
@@ -52,6 +59,7 @@ from onceflow.verify.history import (
     POLL,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    TOPICS,
     TXN,
     UNKNOWN,
     History,
@@ -64,6 +72,7 @@ from onceflow.verify.workload import (
     PRODUCER,
     READER,
     WorkloadSpec,
+    identity,
 )
 
 # The broker aborts the transactions of crashed or paused clients quickly, so that the run
@@ -75,6 +84,23 @@ EMBEDDED_SETTINGS = {
     "log.segment.bytes": str(1 << 20),
 }
 
+DEFAULT, COMPACTED = "default", "compacted"
+WORKLOADS = (DEFAULT, COMPACTED)
+# The compacted workload: a segment rolled every 16 KiB or 2 s and a cleaner that looks every
+# 200 ms and cleans any dirt, so that it cleans many times during a run; tombstones (and the
+# markers of cleaned-away transactions) may go 2 s after the first clean that saw them.
+COMPACTED_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "segment.bytes": str(16 << 10),
+    "segment.ms": "2000",
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": "2000",
+}
+COMPACTED_BROKER_SETTINGS = {"log.cleaner.backoff.ms": "200"}
+KEYS_PER_PARTITION = 8  # per partition of the compacted topic: each overwritten often
+TOMBSTONE_RATIO = 0.1
+CLEANED_LINE = re.compile(r"cleaned (\S+)-(\d+) \[(\d+), (\d+)\)")
+
 
 class _LogTail(deque[str]):
     """EmbeddedBroker keeps the last lines of its broker's output; this also writes them all
@@ -82,6 +108,7 @@ class _LogTail(deque[str]):
 
     def __init__(self, path: Path) -> None:
         super().__init__(maxlen=200)
+        self.path = path
         self._file = path.open("a", encoding="utf-8")
 
     def append(self, line: str) -> None:
@@ -111,6 +138,7 @@ class VerifyOptions:
     disk_size_mb: int = 256
     calm_s: tuple[float, float] = (1.0, 4.0)
     transaction_timeout_ms: int = 10_000
+    workload: str = DEFAULT  # or COMPACTED
 
     @property
     def embedded(self) -> bool:
@@ -174,6 +202,11 @@ def run_verify(
     options: VerifyOptions, progress: Callable[[Progress], None] | None = None
 ) -> VerifyRun:
     report = progress or (lambda p: None)
+    if options.workload not in WORKLOADS:
+        raise VerifyError(f"unknown workload {options.workload!r}: one of {WORKLOADS}")
+    compacted = options.workload == COMPACTED
+    if compacted:  # keyed producers and readers only: no copiers on a compacted input
+        options = dataclasses.replace(options, copiers=0)
     started = time.monotonic()
     temporary = options.work_dir is None
     work_dir = options.work_dir or Path(tempfile.mkdtemp(prefix="onceflow-verify-"))
@@ -211,9 +244,8 @@ def run_verify(
                     disk = SimulatedFullDisk(work_dir / "full-disk.flag")
                     broker_env = disk.broker_env
                     details["disk"] = f"simulated in the log layer ({e})"
-            embedded = EmbeddedBroker(
-                data_dir, settings=EMBEDDED_SETTINGS, log_level="INFO", env=broker_env
-            )
+            settings = {**EMBEDDED_SETTINGS, **(COMPACTED_BROKER_SETTINGS if compacted else {})}
+            embedded = EmbeddedBroker(data_dir, settings=settings, log_level="INFO", env=broker_env)
             embedded.output = broker_log = _LogTail(work_dir / "logs" / "broker.log")
             broker = SupervisedBroker(embedded, history)
             report(Progress("starting broker", 0, options.duration_s))
@@ -222,8 +254,11 @@ def run_verify(
         else:
             assert options.bootstrap is not None
             bootstrap = options.bootstrap
+        topics = (
+            {f"verify-{tag}-kv": 3} if compacted else {f"verify-{tag}-a": 3, f"verify-{tag}-b": 2}
+        )
         workload = WorkloadSpec(
-            topics={f"verify-{tag}-a": 3, f"verify-{tag}-b": 2},
+            topics=topics,
             copy_output=f"verify-{tag}-copy",
             copy_output_partitions=2,
             copy_group=f"verify-{tag}-copiers",
@@ -232,11 +267,20 @@ def run_verify(
             committed_readers=options.committed_readers,
             uncommitted_readers=options.uncommitted_readers,
             transaction_timeout_ms=options.transaction_timeout_ms,
+            keys_per_partition=KEYS_PER_PARTITION if compacted else 0,
+            tombstone_ratio=TOMBSTONE_RATIO if compacted else 0.0,
         )
+        configs = dict.fromkeys(workload.topics, COMPACTED_TOPIC_CONFIGS if compacted else {})
+        configs[workload.copy_output] = {}
         details["topics"] = {**workload.topics, workload.copy_output: 2}
         details["group"] = workload.copy_group
         report(Progress("creating topics", time.monotonic() - started, options.duration_s))
-        create_topics(bootstrap, {**workload.topics, workload.copy_output: 2})
+        create_topics(bootstrap, {**workload.topics, workload.copy_output: 2}, configs)
+        created = {
+            name: {"partitions": n, "configs": configs[name]}
+            for name, n in details["topics"].items()
+        }
+        history.append("harness", INFO, TOPICS, {"topics": created})
 
         if PARTITION in kinds:
             proxy = KafkaProxy().start()
@@ -300,6 +344,10 @@ def run_verify(
         report(Progress("stopping clients", time.monotonic() - run_started, options.duration_s))
         stop_s = 3 * options.transaction_timeout_ms / 1000 + 10
         killed = pool.stop(timeout=stop_s, roles=(PRODUCER,))
+        if compacted and broker_log is not None:
+            # So that the final reads see a log cleaned after the last write.
+            report(Progress("cleaning", time.monotonic() - run_started, options.duration_s))
+            details["cleaned_after_stop"] = wait_cleaned(broker_log.path, set(topics), 15.0)
         if options.copiers:
             # As Kafka's system test: the copiers copy the whole input before they stop, so
             # that the check "committed input = committed output" covers all of it.
@@ -315,6 +363,8 @@ def run_verify(
         details["torn_lines"] = pool.torn_lines
         if proxy is not None:
             details["proxy"] = vars(proxy.stats)
+        if compacted and broker_log is not None:
+            details["cleaner_rounds"] = cleaner_rounds(broker_log.path, set(topics))
         if broker is not None:
             details["broker_exits"] = broker.exits  # halts on a full disk, say
             details["broker_restarts"] = broker.restarts
@@ -366,9 +416,35 @@ def run_verify(
     return run
 
 
-def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
+def cleaner_rounds(broker_log: Path, topics: set[str]) -> int:
+    """How many cleaning rounds the broker logged for these topics' partitions."""
+    rounds = 0
+    with broker_log.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            match = CLEANED_LINE.search(line)
+            rounds += match is not None and match.group(1) in topics
+    return rounds
+
+
+def wait_cleaned(broker_log: Path, topics: set[str], timeout_s: float) -> bool:
+    """Wait for one more cleaning round of these topics (False if none came: nothing was
+    left to clean, or the cleaner is late)."""
+    before = cleaner_rounds(broker_log, topics)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        if cleaner_rounds(broker_log, topics) > before:
+            return True
+    return False
+
+
+def create_topics(
+    bootstrap: str, topics: dict[str, int], configs: dict[str, dict[str, str]] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    futures = admin.create_topics([NewTopic(name, n, -1) for name, n in topics.items()])
+    futures = admin.create_topics(
+        [NewTopic(name, n, -1, config=(configs or {}).get(name, {})) for name, n in topics.items()]
+    )
     for name, future in futures.items():
         try:
             future.result(timeout=30)
@@ -429,7 +505,7 @@ def final_pass(
             got = [m for m in messages if m.error() is None]
             if got:
                 history.append(process, INVOKE, POLL, {"isolation": isolation}, at=began)
-                out = [[m.topic(), m.partition(), m.offset(), _text(m.value())] for m in got]
+                out = [[m.topic(), m.partition(), m.offset(), identity(m)] for m in got]
                 history.append(process, OK, POLL, {"isolation": isolation, "records": out})
                 continue
             ends = _ends(consumer, probe, tps)
@@ -560,7 +636,3 @@ def final_offsets(bootstrap: str, workload: WorkloadSpec, history: History) -> N
         history.append(FINAL, FAIL, OFFSETS, {"group": workload.copy_group, "error": str(e)})
     finally:
         consumer.close()
-
-
-def _text(raw: bytes | None) -> str:
-    return "" if raw is None else raw.decode("utf-8", "backslashreplace")

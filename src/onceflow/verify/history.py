@@ -7,7 +7,9 @@ requested, a worker starting). The history is kept in memory for the checker and
 JSON lines as it grows, so a run can be checked again later (`History.load`).
 
 Record values are tuples `(topic, partition, offset, value)`; writes not yet placed are
-`(topic, partition, value)`.
+`(topic, partition, value)`. A value names its record uniquely; keyed writes (the compacted
+workload) also give each value's key, and a tombstone (a null value) is named by its `id`
+header.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ POLL = "poll"  # one consumer poll with the records it returned
 OFFSETS = "offsets"  # a read of a group's committed offsets
 FINAL_READ = "final-read"  # info: how far the final reads got, per partition
 WORKER = "worker"  # info: a client process started or exited
+TOPICS = "topics"  # info: the topics the harness created, with their configs
 
 COMMIT, ABORT = "commit", "abort"
 READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"

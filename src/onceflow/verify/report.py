@@ -40,6 +40,18 @@ def operations_table(run: VerifyRun) -> Table:
         ("group offset reads", s["offset_reads"]),
         ("history operations", s["operations"]),
     ]
+    if "keys" in s:  # a compacted topic
+        rows += [
+            ("keys (compacted topic)", s["keys"]),
+            ("  last committed value checked", s["keys_checked"]),
+            ("    of which deleted (tombstone)", s["keys_deleted"]),
+            ("tombstones written", s["tombstones_written"]),
+            ("values cleaned away, superseded", s["cleaned_superseded"]),
+            ("  aborted", s["cleaned_aborted"]),
+            ("  tombstones", s["cleaned_tombstones"]),
+        ]
+    if "cleaner_rounds" in run.details:
+        rows.append(("cleaner rounds (broker log)", run.details["cleaner_rounds"]))
     if "copiers_drained" in run.details:
         rows.append(
             ("input all copied at the end", "yes" if run.details["copiers_drained"] else "no")
@@ -92,6 +104,7 @@ def summary(run: VerifyRun) -> dict[str, Any]:
         "valid": run.result.valid,
         "ok": run.ok,
         "seed": run.options.seed,
+        "workload": run.options.workload,
         "target": "embedded" if run.options.embedded else run.options.bootstrap,
         "duration_s": run.options.duration_s,
         "elapsed_s": round(run.elapsed_s, 1),
@@ -100,6 +113,11 @@ def summary(run: VerifyRun) -> dict[str, Any]:
         "faults_unavailable": run.unavailable,
         "operations": {k: v for k, v in run.result.stats.items() if k != "faults"},
         "anomalies": run.result.counts(),
+        **(
+            {"cleaner_rounds": run.details["cleaner_rounds"]}
+            if "cleaner_rounds" in run.details
+            else {}
+        ),
         "errors": run.errors,
     }
 

@@ -2,7 +2,9 @@
 
 Roles:
 - producer: transactions of unique values over several partitions of several topics, some
-  aborted on purpose;
+  aborted on purpose; in the keyed workload (a compacted topic) each value has a key from a
+  small key space per partition, so keys are overwritten often, and some writes are
+  tombstones (a null value, named by its `id` header);
 - copier: consume-transform-produce: reads the input topic read_committed in a consumer
   group, writes one copy of each value to the output topic and commits the consumed offsets
   in the same transaction (send_offsets_to_transaction, KIP-447 group metadata);
@@ -75,6 +77,8 @@ class WorkloadSpec:
     transaction_timeout_ms: int = 10_000
     max_partitions_per_txn: int = 3
     max_values_per_partition: int = 3
+    keys_per_partition: int = 0  # > 0: keyed writes (the compacted workload)
+    tombstone_ratio: float = 0.0  # of keyed writes
 
     @property
     def copy_input(self) -> str:
@@ -150,6 +154,37 @@ class OpStream:
 
 def text(raw: bytes | None) -> str:
     return "" if raw is None else raw.decode("utf-8", "backslashreplace")
+
+
+ID_HEADER = "id"  # names a tombstone, whose value is null
+
+
+def identity(message: Message) -> str:
+    """The unique name of a record: its value, or a tombstone's `id` header."""
+    value = message.value()
+    if value is not None:
+        return text(value)
+    for name, raw in message.headers() or []:
+        if name == ID_HEADER:
+            return text(raw)
+    return ""
+
+
+def keyed_writes(
+    rng: random.Random, txn: str, chosen: list[tuple[str, int]], workload: WorkloadSpec
+) -> tuple[list[tuple[str, int, str]], dict[str, tuple[str, bool]]]:
+    """A keyed transaction's writes and, per value, its key and whether it is a tombstone.
+    A key belongs to one partition (its name says which), as a partitioner would place it."""
+    writes: list[tuple[str, int, str]] = []
+    keys: dict[str, tuple[str, bool]] = {}
+    for topic, partition in chosen:
+        for i in range(rng.randint(1, workload.max_values_per_partition)):
+            key = f"k{partition}-{rng.randrange(workload.keys_per_partition)}"
+            tombstone = rng.random() < workload.tombstone_ratio
+            value = f"{txn}.{key}.{i}" + (".tombstone" if tombstone else "")
+            writes.append((topic, partition, value))
+            keys[value] = (key, tombstone)
+    return writes, keys
 
 
 def base_config(spec: WorkerSpec, workload: WorkloadSpec) -> dict[str, Any]:
@@ -237,25 +272,35 @@ class TransactionalClient:
         offsets: list[TopicPartition] | None = None,
         group_metadata: Callable[[], Any] | None = None,
         extra: dict[str, Any] | None = None,
+        keys: dict[str, tuple[str, bool]] | None = None,
     ) -> str:
-        """Run one transaction, record it (invoke, txn-end, completion), return its outcome."""
+        """Run one transaction, record it (invoke, txn-end, completion), return its outcome.
+        `keys` gives keyed writes their key and whether they are tombstones."""
         producer = self.ensure()
         delivered: list[list[Any]] = []
         refused: list[str] = []
 
-        def on_delivery(err: KafkaError | None, msg: Message) -> None:
-            if err is None:
-                delivered.append([msg.topic(), msg.partition(), msg.offset(), text(msg.value())])
-            else:
-                refused.append(f"{text(msg.value())}: {err}")
+        def on_delivery(value: str) -> Callable[[KafkaError | None, Message], None]:
+            # The value written, not the message's: a delivery report has no headers, and a
+            # tombstone is named by its header.
+            def report(err: KafkaError | None, msg: Message) -> None:
+                if err is None:
+                    delivered.append([msg.topic(), msg.partition(), msg.offset(), value])
+                else:
+                    refused.append(f"{value}: {err}")
 
-        invoke = {"txn": txn, "intent": intent, "writes": [list(w) for w in writes]}
+            return report
+
+        invoke: dict[str, Any] = {"txn": txn, "intent": intent, "writes": [list(w) for w in writes]}
+        if keys:
+            invoke["keys"] = {value: [key, dead] for value, (key, dead) in keys.items()}
         self.stream.emit(INVOKE, TXN, {**invoke, **(extra or {})})
         commit_requested = False
         try:
             producer.begin_transaction()
             for topic, partition, value in writes:
-                self._produce(producer, topic, partition, value, on_delivery)
+                key, tombstone = (keys or {}).get(value, (None, False))
+                self._produce(producer, topic, partition, value, on_delivery(value), key, tombstone)
             producer.flush(self.call_timeout_s)
             if offsets:
                 assert group_metadata is not None
@@ -293,11 +338,22 @@ class TransactionalClient:
         partition: int,
         value: str,
         on_delivery: Callable[[KafkaError | None, Message], None],
+        key: str | None = None,
+        tombstone: bool = False,
     ) -> None:
+        extra: dict[str, Any] = {}
+        if key is not None:
+            extra["key"] = key.encode()
+        if tombstone:  # a null value: the record is named by its header
+            extra["headers"] = [(ID_HEADER, value.encode())]
         while True:
             try:
                 producer.produce(
-                    topic, value=value.encode(), partition=partition, on_delivery=on_delivery
+                    topic,
+                    value=None if tombstone else value.encode(),
+                    partition=partition,
+                    on_delivery=on_delivery,
+                    **extra,
                 )
                 return
             except BufferError:
@@ -341,13 +397,17 @@ def run_producer(
         chosen = rng.sample(
             partitions, rng.randint(1, min(workload.max_partitions_per_txn, len(partitions)))
         )
-        writes = [
-            (topic, partition, f"{txn}.{topic[-1]}{partition}.{i}")
-            for topic, partition in chosen
-            for i in range(rng.randint(1, workload.max_values_per_partition))
-        ]
+        keys: dict[str, tuple[str, bool]] | None = None
+        if workload.keys_per_partition:
+            writes, keys = keyed_writes(rng, txn, chosen, workload)
+        else:
+            writes = [
+                (topic, partition, f"{txn}.{topic[-1]}{partition}.{i}")
+                for topic, partition in chosen
+                for i in range(rng.randint(1, workload.max_values_per_partition))
+            ]
         intent = ABORT if rng.random() < workload.abort_ratio else COMMIT
-        client.transaction(txn, intent, writes)
+        client.transaction(txn, intent, writes, keys=keys)
         time.sleep(rng.uniform(0, 0.05))
     client.close()
 
@@ -458,7 +518,7 @@ def run_reader(
                     stream.emit(INFO, WORKER, {"event": "consume-error", "error": str(m.error())})
             if got:
                 stream.emit(INVOKE, POLL, {"isolation": spec.isolation}, at=started)
-                out = [[m.topic(), m.partition(), m.offset(), text(m.value())] for m in got]
+                out = [[m.topic(), m.partition(), m.offset(), identity(m)] for m in got]
                 stream.emit(OK, POLL, {"isolation": spec.isolation, "records": out})
     finally:
         consumer.close()
