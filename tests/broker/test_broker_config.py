@@ -23,6 +23,17 @@ def test_cleaner_settings_have_kafkas_names_and_defaults():
     }
 
 
+def test_internal_log_segment_sizes_have_kafkas_names_and_defaults():
+    settings = BrokerConfig().kafka_settings()
+    assert settings["offsets.topic.segment.bytes"] == "104857600"
+    assert settings["transaction.state.log.segment.bytes"] == "104857600"
+    config = BrokerConfig().with_settings(
+        {"offsets.topic.segment.bytes": "4096", "transaction.state.log.segment.bytes": 8192}
+    )
+    assert config.offsets_topic_segment_bytes == 4096
+    assert config.transaction_state_log_segment_bytes == 8192
+
+
 def test_cleaner_settings_are_read_from_kafka_names():
     config = BrokerConfig().with_settings(
         {
@@ -51,6 +62,8 @@ def test_cleaner_settings_are_read_from_kafka_names():
         ({"log.cleaner.dedupe.buffer.size": 1000}, "below the minimum"),
         ({"log.cleaner.backoff.ms": -1}, "below the minimum"),
         ({"log.cleaner.max.compaction.lag.ms": 0}, "below the minimum"),
+        ({"offsets.topic.segment.bytes": 13}, "below the minimum"),
+        ({"transaction.state.log.segment.bytes": 0}, "below the minimum"),
     ],
 )
 def test_cleaner_settings_outside_kafkas_ranges_are_refused(settings, message):

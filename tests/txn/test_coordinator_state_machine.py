@@ -179,17 +179,21 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert job.partitions == tuple(sorted(value.partitions))
         self.marker_queue = in_doubt
 
-    @rule()
-    def crash_rewrite_the_log_and_reload(self) -> None:
-        """A start that rewrites the log as the state it loads to (the broker's
-        Transactions.load), then a crash: the rewritten log loads to the same transactions and
-        the same ones in doubt, and producer ids handed out later are still new."""
-        loaded = TransactionCoordinator(self.clock, **CONFIG)
-        for key, value in self.log:
-            loaded.replay(key, value)
-        rewritten = loaded.state_records()
-        event(f"log rewritten from {len(self.log)} to {len(rewritten)} records")
-        self.log = rewritten
+    @rule(cut=st.integers(min_value=0), drop_tombstones=st.booleans())
+    def compact_the_log_and_reload(self, cut: int, drop_tombstones: bool) -> None:
+        """The log cleaner's round on the transaction log (the broker compacts it while it
+        runs): below the clean point only the last record of each key stays (a tombstone past
+        delete.retention.ms goes too), nothing after it changes; then a crash: the compacted
+        log loads to the same transactions and the same ones in doubt."""
+        end = cut % (len(self.log) + 1)
+        last = {key: i for i, (key, _) in enumerate(self.log[:end])}
+        kept = [
+            (key, value)
+            for i, (key, value) in enumerate(self.log[:end])
+            if last[key] == i and not (drop_tombstones and value is None)
+        ]
+        event(f"{end} records compacted to {len(kept)}")
+        self.log = kept + self.log[end:]
         self.crash_and_reload()
 
     # -- clients ----------------------------------------------------------------------------

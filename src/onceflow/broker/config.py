@@ -42,8 +42,6 @@ class BrokerConfig:
     log_index_interval_bytes: int = _kafka("log.index.interval.bytes", 4096)
     log_message_timestamp_type: str = _kafka("log.message.timestamp.type", "CreateTime")
     # Defaults for the topics' cleanup.policy and compaction settings (a topic's own value wins).
-    # Until the log cleaner lands, `compact` only refuses keyless records at Produce and keeps
-    # retention off for topics without `delete`: nothing is compacted yet.
     log_cleanup_policy: str = _kafka("log.cleanup.policy", "delete")
     log_cleaner_enable: bool = _kafka("log.cleaner.enable", True)
     # Kafka allows several; onceflow's cleaner is one background task, so only 1 is accepted.
@@ -61,6 +59,11 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = _kafka("group.min.session.timeout.ms", 6000)
     group_max_session_timeout_ms: int = _kafka("group.max.session.timeout.ms", 1_800_000)
     offsets_retention_minutes: int = _kafka("offsets.retention.minutes", 7 * 24 * 60)
+    # The internal logs' segment.bytes (they are compacted: only rolled segments are cleaned).
+    offsets_topic_segment_bytes: int = _kafka("offsets.topic.segment.bytes", 104_857_600)
+    transaction_state_log_segment_bytes: int = _kafka(
+        "transaction.state.log.segment.bytes", 104_857_600
+    )
     transaction_max_timeout_ms: int = _kafka("transaction.max.timeout.ms", 900_000)
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = _kafka(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000
@@ -133,6 +136,9 @@ def _check_cleaner_settings(config: BrokerConfig) -> None:
         "log.cleaner.max.compaction.lag.ms": (config.log_cleaner_max_compaction_lag_ms, 1),
         # CleanerConfig: at least 1 MiB of dedupe buffer per cleaner thread
         "log.cleaner.dedupe.buffer.size": (config.log_cleaner_dedupe_buffer_size, 1 << 20),
+        # Kafka: at least 1, then the segment.bytes they become must be at least 14
+        "offsets.topic.segment.bytes": (config.offsets_topic_segment_bytes, 14),
+        "transaction.state.log.segment.bytes": (config.transaction_state_log_segment_bytes, 14),
     }
     for name, (value, minimum) in at_least.items():
         if value < minimum:

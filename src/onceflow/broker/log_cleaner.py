@@ -1,6 +1,7 @@
 """The log cleaner task (Kafka's LogCleaner with one thread): every `log.cleaner.backoff.ms`,
 when `log.cleaner.enable`, clean the dirtiest cleanable partition of the topics whose
-`cleanup.policy` contains `compact`.
+`cleanup.policy` contains `compact`, and of the coordinators' logs (`__consumer_offsets`,
+`__transaction_state`: `compact`, as in Kafka).
 
 A round plans on the event loop (compaction.cleanable: the dirty range from the cleaner
 checkpoint, `min.cleanable.dirty.ratio`, the compaction lags, never the active segment nor at
@@ -116,8 +117,16 @@ class LogCleaner:
             self.dropped += 1
             log.info("cleaning of %s-%d dropped: %r", partition.topic, partition.index, e)
 
+    def _partitions(self) -> Iterator[Partition]:
+        """Every partition that may be compacted: the topics', then the coordinators' logs
+        (`__consumer_offsets`, `__transaction_state`), which are no topics of the registry."""
+        for topic in self._broker.topics:
+            yield from topic.partitions
+        yield from self._broker.internal_partitions()
+
     def _live(self, partition: Partition, config: LogConfig | None = None) -> bool:
-        if self._broker.topics.partition(partition.topic, partition.index) is not partition:
+        registered = self._broker.topics.partition(partition.topic, partition.index)
+        if registered is not partition and partition not in self._broker.internal_partitions():
             return False
         return config is None or partition.log.config is config
 
@@ -128,19 +137,18 @@ class LogCleaner:
         ratio among those past `min.cleanable.dirty.ratio` or `max.compaction.lag.ms`."""
         now = self._broker.clock()
         best: tuple[Partition, LogToClean] | None = None
-        for topic in self._broker.topics:
-            for partition in topic.partitions:
-                config = partition.log.config
-                if not config.compact:
-                    continue
-                try:
-                    candidate = self._plan(partition, config, now)
-                except LogClosedError:
-                    continue
-                if not should_clean(candidate, config.min_cleanable_dirty_ratio):
-                    continue
-                if best is None or candidate.cleanable_ratio > best[1].cleanable_ratio:
-                    best = (partition, candidate)
+        for partition in self._partitions():
+            config = partition.log.config
+            if not config.compact:
+                continue
+            try:
+                candidate = self._plan(partition, config, now)
+            except LogClosedError:
+                continue
+            if not should_clean(candidate, config.min_cleanable_dirty_ratio):
+                continue
+            if best is None or candidate.cleanable_ratio > best[1].cleanable_ratio:
+                best = (partition, candidate)
         return best
 
     def _plan(self, partition: Partition, config: LogConfig, now: int) -> LogToClean:
@@ -267,7 +275,7 @@ class LogCleaner:
         return self._offset_map
 
     def _write_checkpoints(self) -> None:
-        live = {(t.name, p.index) for t in self._broker.topics for p in t.partitions}
+        live = {(p.topic, p.index) for p in self._partitions()}
         self.checkpoints = {k: v for k, v in self.checkpoints.items() if k in live}
         write_checkpoints(self._path, self.checkpoints)
 

@@ -235,6 +235,15 @@ class Partition:
         self._record_completion(completed)
         self._snapshot_on_roll()
 
+    def append_coordinator_marker(self, data: bytes, commit: bool, coordinator_epoch: int) -> None:
+        """Append a marker a coordinator writes to its own log (the offsets log), recorded as
+        recovery replays it, without append_marker's producer-state checks: the transaction
+        coordinator decided it, and a refusal would leave its transaction half-completed."""
+        info = self.log.append(data, list(iter_batches(data, verify_crc=False)))
+        for _, header in info.headers:
+            self._record_completion(self.producers.replay(header, (commit, coordinator_epoch)))
+        self._snapshot_on_roll()
+
     def apply_retention(self) -> int:
         """Delete segments past retention (never above the high watermark) with their aborted
         transactions, and forget producers idle past producer.id.expiration.ms. Segments wait

@@ -16,7 +16,7 @@ from onceflow.broker import handlers  # noqa: F401  (registers the API handlers)
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
 from onceflow.broker.connection_quotas import ConnectionQuotas
-from onceflow.broker.coordinator_log import CoordinatorLog
+from onceflow.broker.coordinator_log import OFFSETS_TOPIC, CoordinatorLog, internal_log_configs
 from onceflow.broker.data_dir import open_data_dir
 from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
 from onceflow.broker.durability import (
@@ -67,9 +67,7 @@ class Broker:
         self.cluster_id = open_data_dir(config.data_dir, config.node_id)
         self.topics = TopicRegistry(config, clock)
         self.committer = GroupCommitter(enabled=config.fsync)
-        self.offsets_log = CoordinatorLog(
-            config.data_dir / "__consumer_offsets-0", self.committer, clock
-        )
+        self.offsets_log = self.internal_log(OFFSETS_TOPIC, config.offsets_topic_segment_bytes)
         self.transactions = Transactions(self)
         self.cleaner = LogCleaner(self)
         self.groups = GroupCoordinator(
@@ -97,6 +95,21 @@ class Broker:
         self.request_memory = MemoryPool(config.queued_max_request_bytes)
         self.heap = HeapTrimmer()
         self.port = config.port
+
+    def internal_log(self, topic: str, segment_bytes: int) -> CoordinatorLog:
+        """A coordinator's log, `compact` as Kafka creates its internal topics."""
+        return CoordinatorLog(
+            topic,
+            self.config.data_dir / f"{topic}-0",
+            self.topics.log_config(internal_log_configs(segment_bytes)),
+            self.committer,
+            self.clock,
+            self.config.producer_id_expiration_ms,
+        )
+
+    def internal_partitions(self) -> list[Partition]:
+        """The coordinators' logs, which the log cleaner compacts beside the topics'."""
+        return [self.offsets_log.partition, self.transactions.log.partition]
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -278,6 +291,8 @@ class Broker:
                         topic.name,
                         partition.index,
                     )
+        for partition in self.internal_partitions():
+            partition.apply_retention()  # compact: only producer.id.expiration.ms applies
         expired = self.groups.cleanup_expired_offsets()
         if expired.records:
             await self.write_offsets_records(expired.records, None)
@@ -293,11 +308,9 @@ class Broker:
     # -- group offsets ----------------------------------------------------------------------
 
     def _load_offsets(self) -> None:
-        """Replay the offsets log; rewrite it when it holds far more than its state."""
-        replayed = 0
+        """Replay the offsets log (compacted by the log cleaner while the broker runs)."""
         for batch in self.offsets_log.batches():
             header = batch.header
-            replayed += len(batch.records)
             if header.is_control and not batch.records:
                 continue  # emptied by the cleaner: its transaction's records are gone
             if header.is_control:
@@ -312,7 +325,6 @@ class Broker:
                     header.producer_epoch,
                     header.is_transactional,
                 )
-        self.offsets_log.rewrite_if_large(replayed, self.groups.state_batches)
 
     def write_offsets_records(
         self,

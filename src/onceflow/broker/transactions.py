@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.coordinator_log import CoordinatorLog
+from onceflow.broker.coordinator_log import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from onceflow.broker.durability import until_durable
 from onceflow.broker.faults import crash_point, delay_point, raise_point
 from onceflow.broker.log_limit import RateLimitedLog
@@ -54,15 +54,12 @@ def _log_completion_failure(future: asyncio.Future[None]) -> None:
         log.error("transaction records not completed: %r", future.exception())
 
 
-OFFSETS_TOPIC = "__consumer_offsets"
-
-
 class Transactions:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         config = broker.config
-        self.log = CoordinatorLog(
-            config.data_dir / "__transaction_state-0", broker.committer, broker.clock
+        self.log = broker.internal_log(
+            TRANSACTION_STATE_TOPIC, config.transaction_state_log_segment_bytes
         )
         self.coordinator = TransactionCoordinator(
             broker.clock, transaction_max_timeout_ms=config.transaction_max_timeout_ms
@@ -75,13 +72,10 @@ class Transactions:
     # -- loading ----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Replay the transaction log; rewrite it when it holds far more than its state."""
-        replayed = 0
+        """Replay the transaction log (compacted by the log cleaner while the broker runs)."""
         for batch in self.log.batches():
             for record in batch.records:
                 self.coordinator.replay(record.key or b"", record.value)
-                replayed += 1
-        self.log.rewrite_if_large(replayed, lambda: [(self.coordinator.state_records(), None)])
 
     def complete_in_doubt(self) -> None:
         """Drive transactions found in PrepareCommit/PrepareAbort to completion."""

@@ -71,7 +71,6 @@ class GroupCoordinator:
         self.txn_commit_offsets = offsets.txn_commit_offsets
         self.fetch_offsets = offsets.fetch_offsets
         self.delete_offsets = offsets.delete_offsets
-        self.state_batches = offsets.state_batches
         self.complete_transaction = offsets.complete_transaction
 
     @property

@@ -111,23 +111,6 @@ class OffsetStore:
             if not group:
                 del self._committed[group_id]
 
-    def entries(self) -> list[tuple[str, TopicPartition, OffsetAndMetadata, int | None]]:
-        """Every committed and pending offset as (group, partition, value, producer id of its
-        open transaction or None), in replay order: replayed in this order, they rebuild the
-        store (the order keeps "the later of a plain and a transactional commit wins")."""
-        found = [
-            (stored.record_seq, group_id, tp, stored.value, None)
-            for group_id, offsets in self._committed.items()
-            for tp, stored in offsets.items()
-        ]
-        found += [
-            (stored.record_seq, group_id, tp, stored.value, pid)
-            for pid, groups in self._pending.items()
-            for group_id, offsets in groups.items()
-            for tp, stored in offsets.items()
-        ]
-        return [entry[1:] for entry in sorted(found, key=lambda entry: entry[0])]
-
     # -- queries ------------------------------------------------------------------------
 
     def get(self, group_id: str, tp: TopicPartition) -> OffsetAndMetadata | None:

@@ -282,22 +282,6 @@ class OffsetManager:
         self._membership.get_or_create_group(key.group)
         self._offsets.replay_commit(key.group, tp, offset, producer_id, transactional)
 
-    def state_batches(self) -> list[tuple[list[Record], int | None]]:
-        """Records that replay to the current offsets, for rewriting the log: runs of plain
-        records (producer id None) and of one open transaction's records (its producer id,
-        written as that producer's transactional batch so that its marker still applies)."""
-        batches: list[tuple[list[Record], int | None]] = []
-        for group_id, tp, value, producer_id in self._offsets.entries():
-            record = (
-                encode_offset_commit_key(group_id, tp[0], tp[1]),
-                encode_offset_commit_value(value),
-            )
-            if batches and batches[-1][1] == producer_id:
-                batches[-1][0].append(record)
-            else:
-                batches.append(([record], producer_id))
-        return batches
-
     def complete_transaction(self, producer_id: int, committed: bool) -> None:
         """Replay a transaction marker on the offsets log: COMMIT makes the producer's pending
         offsets visible, ABORT drops them."""

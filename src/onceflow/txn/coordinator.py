@@ -45,13 +45,11 @@ from onceflow.txn.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdManager
 from onceflow.txn.transaction_log import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
-    ProducerIdBlock,
     ProducerIdBlockKey,
     TopicPartition,
     decode_key,
     decode_producer_id_block_value,
     decode_value,
-    producer_id_block_record,
     transaction_record,
 )
 from onceflow.txn.transaction_metadata import (
@@ -475,23 +473,6 @@ class TransactionCoordinator:
             self._txns.pop(txn_id, None)
         else:
             self._txns[txn_id] = TransactionMetadata.from_log_value(txn_id, new)
-
-    def state_records(self) -> list[Record]:
-        """Records that replay to the current durable state, for rewriting the log: the
-        highest producer id block and each transactional id's metadata. With a transition
-        pending they would miss it, so there must be none."""
-        if self._pending:
-            raise IllegalTransitionError(
-                f"state records asked while {len(self._pending)} transitions are pending"
-            )
-        records: list[Record] = []
-        end = self._producer_ids.durable_end
-        if end > 0:
-            records.append(producer_id_block_record(ProducerIdBlock(end - 1, 1)))
-        records += [
-            transaction_record(txn_id, meta.to_log_value()) for txn_id, meta in self._txns.items()
-        ]
-        return records
 
     def abort_pending(self, transactional_id: str) -> None:
         """The records of the id's pending transition were not written: forget the transition
