@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from tests.eos.conftest import QUIET, read_back
 from tests.thirdparty.app_process import AppProcess
@@ -171,3 +171,39 @@ def differences(
                 )
                 break
     return problems
+
+
+def read_keyed(
+    bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float = 30.0
+) -> dict[int, list[tuple[bytes, bytes]]]:
+    """Every (key, value) of each partition from offset 0 to its end, in offset order, with
+    `isolation` ("read_committed": to the last stable offset, aborted records dropped)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "fetch.wait.max.ms": 50,
+            **QUIET,
+        }
+    )
+    out: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(partitions)}
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"{topic}: end not reached in {timeout} s"
+            msg = consumer.poll(0.1)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(msg.partition())
+                continue
+            out[msg.partition()].append((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return out
