@@ -38,9 +38,15 @@ def kill_and_restart(
     events: int,
     keys: int,
     work_ms: float,
+    kill_when: Callable[[], bool] = lambda: True,
+    probe: bool = True,
+    finished: Callable[[], bool] | None = None,
     timeout: float = 60.0,
 ) -> list[Event]:
-    """Runs the three runs; returns every input event, in the order they were produced."""
+    """Runs the three runs; returns every input event, in the order they were produced.
+    `kill_when` adds a condition of the caller's to run 1's kill; without `probe`, run 2 is
+    stopped (SIGTERM) once it has finished the input, and there is no run 3. Run 2 has finished
+    when every input event has a committed output, or when `finished` says so."""
     create_topics(bootstrap, {source: partitions, sink: partitions})
     inputs = keyed_events(events, keys, seed=10)
     probes = probe_events(inputs)
@@ -52,13 +58,19 @@ def kill_and_restart(
         def partway() -> bool:
             return progress.partway(inputs, at_least=events // keys // 5)
 
-        progress.wait_for(partway, app, timeout, "some outputs of every key committed")
+        progress.wait_for(
+            lambda: partway() and kill_when(), app, timeout, "some outputs of every key committed"
+        )
         app.kill()
         progress.poll()  # nothing more can commit now; the kill must have been mid-stream
         assert partway(), f"the kill did not land mid-stream: {progress.per_key}"
 
         app = start(2, 0)
-        progress.wait_for(lambda: progress.covers(inputs), app, timeout, "every event's output")
+        done = finished or (lambda: progress.covers(inputs))
+        progress.wait_for(done, app, timeout, "the end of the input")
+        if not probe:
+            app.stop()
+            return inputs
         app.kill()
 
         produce_events(bootstrap, source, probes)

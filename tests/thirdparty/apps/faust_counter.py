@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, required=True)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--store", default="memory://")
+    parser.add_argument("--commit-interval", type=float, default=0.5)
     # Simulated work per event, so that a kill lands mid-stream rather than after the end.
     parser.add_argument("--work-ms", type=float, default=0.0)
     args = parser.parse_args()
@@ -35,7 +36,7 @@ def main() -> None:
         store=args.store,
         datadir=args.data_dir,
         topic_partitions=args.partitions,
-        broker_commit_interval=0.5,
+        broker_commit_interval=args.commit_interval,
         # A killed instance's group membership lasts this long: kept short for the test.
         broker_session_timeout=2.0,
         broker_heartbeat_interval=0.5,
