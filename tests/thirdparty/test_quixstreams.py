@@ -25,12 +25,27 @@ BROKER_SETTINGS = {
 }
 
 
-@pytest.mark.parametrize("local_state", ["kept", "lost"])
+# The changelog topic is compacted (quixstreams creates it with cleanup.policy=compact):
+# segments rolled by time (by size, a segment would have to hold the largest batch) and an
+# eager cleaner, so that the restore reads a changelog the cleaner has rewritten (latest
+# record per key, aborted transactions' records removed, markers kept until safe).
+EAGER_COMPACTION = {
+    "log.roll.ms": "300",
+    "log.cleaner.backoff.ms": "100",
+    "log.cleaner.min.cleanable.ratio": "0.01",
+}
+
+
+@pytest.mark.parametrize(
+    ("local_state", "compaction"),
+    [("kept", False), ("lost", False), ("lost", True)],
+    ids=["state-kept", "state-lost", "state-lost-compacted"],
+)
 def test_quixstreams_exactly_once_across_sigkill(
-    make_broker: Callable[..., EmbeddedBroker], tmp_path: Path, local_state: str
+    make_broker: Callable[..., EmbeddedBroker], tmp_path: Path, local_state: str, compaction: bool
 ) -> None:
     python = thirdparty_python("quixstreams")
-    broker = make_broker(settings=BROKER_SETTINGS)
+    broker = make_broker(settings={**BROKER_SETTINGS, **(EAGER_COMPACTION if compaction else {})})
     run_id = uuid.uuid4().hex[:8]
     source, sink, group = f"in-{run_id}", f"out-{run_id}", f"counter-{run_id}"
 
