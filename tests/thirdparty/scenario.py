@@ -52,6 +52,7 @@ def kill_and_restart(
     probes = probe_events(inputs)
     produce_events(bootstrap, source, inputs)
     progress = CommittedOutputs(bootstrap, sink, partitions)
+    app: AppProcess | None = None
     try:
         app = start(1, work_ms)
 
@@ -79,6 +80,8 @@ def kill_and_restart(
         app.stop()
     finally:
         progress.close()
+        if app is not None:
+            app.kill()  # a failed wait leaves no application running (no-op after a stop)
     return inputs + probes
 
 
