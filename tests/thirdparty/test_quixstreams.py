@@ -1,8 +1,8 @@
 """A quixstreams application with processing_guarantee="exactly-once" and a stateful step
 (RocksDB state with a changelog topic) on onceflow, killed with SIGKILL mid-stream and
 restarted, with its local state kept or lost (then restored from the changelog topic, also
-while the cleaner compacts it): the
-committed output is exact, event for event, and so is the state it ends with."""
+while the cleaner compacts it): the committed output is exact, event for event, and so is the
+state it ends with."""
 
 from __future__ import annotations
 
