@@ -10,8 +10,8 @@ fresh embedded broker (fsync on), waits until the cleaner has cleaned every roll
 `__consumer_offsets` (compacted run), kills it with SIGKILL, restarts it and prints the time to
 its ready line, the offsets log's size and record count at the restart, and checks the
 committed offsets.
-SEGMENT_BYTES is `offsets.topic.segment.bytes` (default Kafka's, 100 MiB): only rolled
-segments are cleaned, so a restart still replays the active segment.
+SEGMENT_BYTES is `offsets.topic.segment.bytes` (default onceflow's, 10 MiB; Kafka's is 100
+MiB): only rolled segments are cleaned, so a restart still replays the active segment.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def run(commits: int, segment_bytes: int, compact: bool) -> None:
 
 def main() -> None:
     commits = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
-    segment_bytes = int(sys.argv[2]) if len(sys.argv) > 2 else 104_857_600
+    segment_bytes = int(sys.argv[2]) if len(sys.argv) > 2 else 10 * 1024 * 1024
     print(f"{commits} offset commits, offsets.topic.segment.bytes={segment_bytes}")
     for compact in (True, False):
         print("compacted while running:" if compact else "baseline, log.cleaner.enable=false:")

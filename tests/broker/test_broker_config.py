@@ -25,7 +25,7 @@ def test_cleaner_settings_have_kafkas_names_and_defaults():
 
 def test_internal_log_segment_sizes_have_kafkas_names_and_defaults():
     settings = BrokerConfig().kafka_settings()
-    assert settings["offsets.topic.segment.bytes"] == "104857600"
+    assert settings["offsets.topic.segment.bytes"] == "10485760"  # a tenth of Kafka's
     assert settings["transaction.state.log.segment.bytes"] == "104857600"
     config = BrokerConfig().with_settings(
         {"offsets.topic.segment.bytes": "4096", "transaction.state.log.segment.bytes": 8192}

@@ -7,8 +7,10 @@ share onceflow's environment: they live, unchanged and with their own pinned dep
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 APPS = Path(__file__).resolve().parent / "apps"
+REQUIREMENTS = Path(__file__).resolve().parent / "requirements.txt"
 INSTALL_HINT = (
     "python -m venv .venv-thirdparty && "
     ".venv-thirdparty/bin/pip install -r tests/thirdparty/requirements.txt"
@@ -23,15 +26,36 @@ INSTALL_HINT = (
 
 
 def thirdparty_python(module: str) -> str:
-    """The interpreter that has `module`; fails (never skips) when it is missing: CI installs it."""
-    python = os.environ.get("ONCEFLOW_THIRDPARTY_PYTHON") or str(
-        REPO / ".venv-thirdparty" / "bin" / "python"
-    )
+    """The interpreter that has `module`: `ONCEFLOW_THIRDPARTY_PYTHON`, or `.venv-thirdparty`,
+    made on first use from requirements.txt (so the README's test command needs nothing more).
+    Fails (never skips) when the frameworks cannot be had."""
+    python = os.environ.get("ONCEFLOW_THIRDPARTY_PYTHON")
+    if python is None:
+        python = str(_ensure_venv(REPO / ".venv-thirdparty"))
     if not Path(python).exists():
         pytest.fail(f"no third-party interpreter at {python}; install it with: {INSTALL_HINT}")
     probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True)
     if probe.returncode != 0:
         pytest.fail(f"{python} cannot import {module}: {probe.stderr[-500:]}\n{INSTALL_HINT}")
+    return python
+
+
+def _ensure_venv(venv: Path) -> Path:
+    python = venv / "bin" / "python"
+    done = venv / ".installed"
+    with open(REPO / ".venv-thirdparty.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time
+        if done.exists():
+            return python
+        steps = [
+            [sys.executable, "-m", "venv", "--clear", str(venv)],
+            [str(python), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)],
+        ]
+        for step in steps:
+            made = subprocess.run(step, capture_output=True, text=True)
+            if made.returncode != 0:
+                pytest.fail(f"could not make {venv}: {made.stderr[-2000:]}\n{INSTALL_HINT}")
+        done.touch()
     return python
 
 
