@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
 
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.broker.test_confluent_client import consume_all, create_topic
-from tests.broker.test_crash_recovery import wait_until
+from tests.waiting import wait_for
 
 MakeBroker = Callable[..., EmbeddedBroker]
 TIMEOUT = 15
@@ -245,7 +245,7 @@ def test_changes_apply_to_the_live_partitions(make_broker: MakeBroker) -> None:
             broker.bootstrap,
             topic_resource("live", retention_ms=("60000", AlterConfigOpType.SET)),
         )
-        wait_until(
+        wait_for(
             lambda: (
                 consumer.get_watermark_offsets(TopicPartition("live", 0), timeout=TIMEOUT)[0] == 40
             ),

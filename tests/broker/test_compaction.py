@@ -21,9 +21,11 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32, i32Timedelta
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.broker.faults import POINTS
 from onceflow.records.builder import build_batch
 from tests.broker.test_confluent_client import create_topic
 from tests.eos.conftest import KafkaWire, init_producer_id
+from tests.waiting import wait_for
 
 BROKER_SETTINGS = {"log.cleaner.backoff.ms": "50", "group.initial.rebalance.delay.ms": "0"}
 TOPIC_CONFIGS = {
@@ -35,16 +37,6 @@ TOPIC_CONFIGS = {
 KEYS = 20
 STARTED_MS = int(time.time() * 1000)  # producer state expires by batch timestamps
 ROUNDS = 8
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 60, what: str = "") -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"not reached before the deadline: {what}"
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -316,13 +308,7 @@ def test_an_idempotent_retry_after_a_clean_and_a_restart_is_a_duplicate(
     assert offsets[0] == last[1] + 4
 
 
-CRASH_POINTS = [
-    "cleaner.after-cleaned",
-    "cleaner.after-swap-rename",
-    "cleaner.after-deleted-rename",
-    "cleaner.after-swap-complete",
-    "cleaner.before-checkpoint",
-]
+CRASH_POINTS = sorted(p for p in POINTS if p.startswith("cleaner."))
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)

@@ -4,20 +4,13 @@ and so do committed group offsets."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.broker.test_confluent_client import consume_all, create_topic
-
-
-def wait_until(condition: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(0.01)
+from tests.waiting import wait_for
 
 
 class AckRecorder:
@@ -83,10 +76,10 @@ def test_acked_records_and_offsets_survive_kill_9(
     recorder = AckRecorder(broker.bootstrap, topic_name)
     recorder.thread.start()
     for round_ in range(3):  # three crashes mid-stream
-        wait_until(lambda r=round_: len(recorder.acked) >= 3000 * (r + 1), 60)
+        wait_for(lambda r=round_: len(recorder.acked) >= 3000 * (r + 1), 60)
         broker.kill()
         broker.start()
-    wait_until(lambda: len(recorder.acked) >= 12000, 60)
+    wait_for(lambda: len(recorder.acked) >= 12000, 60)
     recorder.stop()
     assert recorder.failed == []
 

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.broker.test_confluent_client import create_topic
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, poll: Callable[[], None]) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        poll()
+from tests.waiting import wait_for
 
 
 def consumer(bootstrap: str, group: str, **conf: object) -> Consumer:
@@ -38,7 +30,7 @@ def test_rebalance_when_a_consumer_joins_and_leaves(bootstrap: str, topic_name: 
     group = f"g-{topic_name}"
     a = consumer(bootstrap, group)
     a.subscribe([topic_name])
-    wait_for(lambda: len(a.assignment()) == 4, 30, lambda: a.poll(0.1))
+    wait_for(lambda: len(a.assignment()) == 4, 30, poll=lambda: a.poll(0.1))
     b = consumer(bootstrap, group)
     b.subscribe([topic_name])
 
@@ -47,9 +39,9 @@ def test_rebalance_when_a_consumer_joins_and_leaves(bootstrap: str, topic_name: 
         sb = {tp.partition for tp in b.assignment()}
         return bool(sa) and bool(sb) and sa | sb == {0, 1, 2, 3} and not sa & sb
 
-    wait_for(both_assigned, 30, lambda: (a.poll(0.05), b.poll(0.05)))
+    wait_for(both_assigned, 30, poll=lambda: (a.poll(0.05), b.poll(0.05)))
     b.close()  # LeaveGroup: a takes everything back
-    wait_for(lambda: len(a.assignment()) == 4, 30, lambda: a.poll(0.1))
+    wait_for(lambda: len(a.assignment()) == 4, 30, poll=lambda: a.poll(0.1))
     a.close()
 
 
@@ -81,10 +73,10 @@ def test_a_killed_member_is_evicted_after_its_session_timeout(
         assert child.stdout.readline().strip() == "assigned"
         a = consumer(bootstrap, group)
         a.subscribe([topic_name])
-        wait_for(lambda: len(a.assignment()) == 1, 30, lambda: a.poll(0.1))
+        wait_for(lambda: len(a.assignment()) == 1, 30, poll=lambda: a.poll(0.1))
         child.kill()  # SIGKILL: no LeaveGroup, heartbeats just stop
         child.wait()
-        wait_for(lambda: len(a.assignment()) == 2, 30, lambda: a.poll(0.1))
+        wait_for(lambda: len(a.assignment()) == 2, 30, poll=lambda: a.poll(0.1))
         a.close()
     finally:
         child.kill()
@@ -104,7 +96,9 @@ def test_committed_offsets_resume_a_restarted_consumer(bootstrap: str, topic_nam
     wait_for(
         lambda: len(seen) >= 40,
         30,
-        lambda: seen.extend(m.value() for m in c.consume(40 - len(seen), 0.2) if m.error() is None),
+        poll=lambda: seen.extend(
+            m.value() for m in c.consume(40 - len(seen), 0.2) if m.error() is None
+        ),
     )
     c.commit(asynchronous=False)
     committed = c.committed([TopicPartition(topic_name, 0)], timeout=10)
@@ -116,7 +110,7 @@ def test_committed_offsets_resume_a_restarted_consumer(bootstrap: str, topic_nam
     wait_for(
         lambda: len(rest) >= 60,
         30,
-        lambda: rest.extend(m.value() for m in d.consume(100, 0.2) if m.error() is None),
+        poll=lambda: rest.extend(m.value() for m in d.consume(100, 0.2) if m.error() is None),
     )
     assert seen + rest == [str(i).encode() for i in range(100)]
     d.close()

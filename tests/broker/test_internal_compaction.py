@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.coordinator_log import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from onceflow.broker.data_dir import open_data_dir
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.broker.faults import POINTS
 from onceflow.broker.log_cleaner import CHECKPOINT_FILE, read_checkpoints
 from onceflow.log.segment import LOG_SUFFIX
 from onceflow.records.batch import iter_batches
@@ -171,13 +172,7 @@ def both_logs_cleaned(data: Path) -> bool:
     return checkpoint(data, OFFSETS_DIR) > 0 and checkpoint(data, TXN_DIR) > 0
 
 
-CRASH_POINTS = [
-    "cleaner.after-cleaned",
-    "cleaner.after-swap-rename",
-    "cleaner.after-deleted-rename",
-    "cleaner.after-swap-complete",
-    "cleaner.before-checkpoint",
-]
+CRASH_POINTS = sorted(p for p in POINTS if p.startswith("cleaner."))
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)

@@ -5,11 +5,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import pytest
 from typer.testing import CliRunner
 
 from onceflow.bench.targets import free_port
@@ -82,12 +80,3 @@ def run_subprocess(args: Sequence[str], timeout: float = 60) -> Outcome:
 def closed_port_address() -> str:
     """An address where nothing listens (its port was free a moment ago)."""
     return f"127.0.0.1:{free_port()}"
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll condition() until it holds; fail the test at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)

@@ -9,7 +9,8 @@ import pytest
 from confluent_kafka import Consumer
 
 from tests.cli.conftest import TANSU, CliBroker
-from tests.cli.harness import Run, wait_until
+from tests.cli.harness import Run
+from tests.waiting import wait_for
 
 # Tansu completes a group join only after about half the session timeout; these keep it short.
 FAST_JOIN = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
@@ -150,7 +151,7 @@ def active_member(bootstrap: str, five_records: str, group: str) -> Iterator[Con
         consumer.poll(0.1)
         return bool(consumer.assignment())
 
-    wait_until(joined, 30, "the consumer to join its group")
+    wait_for(joined, 30, "the consumer to join its group")
     yield consumer
     consumer.close()
 

@@ -12,9 +12,8 @@ import asyncio
 import socket
 import struct
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -25,6 +24,7 @@ from kio.serial import entity_reader
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.broker.test_hostile_input import WireClient, api_versions, request_frame
 from tests.clients.test_kafka_python import subscribe
+from tests.waiting import wait_for
 
 PROXY_HOST = "127.0.0.2"
 TOPIC_PARTITIONS = 2
@@ -156,15 +156,6 @@ def proxied(proxied_broker: Proxied) -> Proxied:
     return proxied_broker
 
 
-def wait_until(
-    condition: Callable[[], bool], poll: Callable[[], object], timeout: float = 30
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        poll()
-
-
 # -- one normal session per client ------------------------------------------------------------
 
 
@@ -191,9 +182,9 @@ def confluent_session(p: Proxied, topic: str) -> None:
     )
     consumer.subscribe([topic])
     got: list[bytes] = []
-    wait_until(
+    wait_for(
         lambda: len(got) == RECORDS and p.proxy.seen(12),
-        lambda: got.extend(m.value() for m in consumer.consume(100, 0.1) if m.error() is None),
+        poll=lambda: got.extend(m.value() for m in consumer.consume(100, 0.1) if m.error() is None),
     )
     consumer.commit(asynchronous=False)
     assert sum(tp.offset for tp in consumer.committed(consumer.assignment(), 10)) == RECORDS
@@ -222,9 +213,9 @@ def kafka_python_session(p: Proxied, topic: str) -> None:
     )
     subscribe(consumer, topic)
     got: list[bytes] = []
-    wait_until(
+    wait_for(
         lambda: len(got) == RECORDS and p.proxy.seen(12),
-        lambda: [got.extend(m.value for m in ms) for ms in consumer.poll(100).values()],
+        poll=lambda: [got.extend(m.value for m in ms) for ms in consumer.poll(100).values()],
     )
     consumer.commit()
     assert sum(consumer.committed(tp) or 0 for tp in consumer.assignment()) == RECORDS

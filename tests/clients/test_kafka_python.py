@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import cramjam
@@ -23,20 +23,9 @@ from onceflow.records.batch import BatchHeader, iter_batches
 from onceflow.records.compression import CompressionType
 from tests.broker.test_confluent_client import consume_all
 from tests.broker.test_hostile_input import WireClient, api_versions
+from tests.waiting import wait_for
 
 INIT_PRODUCER_ID = 22
-
-
-def wait_for(
-    condition: Callable[[], bool],
-    poll: Callable[[], object],
-    timeout: float = 30,
-    state: Callable[[], object] = lambda: "",
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"condition not met before the deadline {state()}"
-        poll()
 
 
 @pytest.fixture
@@ -106,7 +95,7 @@ def read_assigned(
     got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
     wait_for(
         lambda: sum(map(len, got.values())) >= total,
-        lambda: [
+        poll=lambda: [
             got[tp.partition].extend((m.offset, m.value) for m in ms)
             for tp, ms in c.poll(200).items()
         ],
@@ -183,7 +172,7 @@ def test_admin_create_list_describe_delete(admin: KafkaAdminClient, topic_name: 
     configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name)])
     assert "3600000" in repr(configs)
     admin.delete_topics([topic_name])
-    wait_for(lambda: topic_name not in admin.list_topics(), lambda: time.sleep(0.05), 10)
+    wait_for(lambda: topic_name not in admin.list_topics(), 10, interval=0.05)
 
 
 # -- produce with each codec ----------------------------------------------------------------------
@@ -267,7 +256,9 @@ def test_group_consume_commit_and_fetch_offsets(
     got: dict[int, list[bytes]] = {0: [], 1: []}
     wait_for(
         lambda: sum(map(len, got.values())) >= 100,
-        lambda: [got[tp.partition].extend(m.value for m in ms) for tp, ms in c.poll(200).items()],
+        poll=lambda: [
+            got[tp.partition].extend(m.value for m in ms) for tp, ms in c.poll(200).items()
+        ],
     )
     assert got == sent
     c.commit({TopicPartition(topic_name, 0): OffsetAndMetadata(30, "half way", -1)})
@@ -285,7 +276,9 @@ def test_group_consume_commit_and_fetch_offsets(
     rest: dict[int, list[bytes]] = {0: [], 1: []}
     wait_for(
         lambda: sum(map(len, rest.values())) >= sum(map(len, remaining.values())),
-        lambda: [rest[tp.partition].extend(m.value for m in ms) for tp, ms in d.poll(200).items()],
+        poll=lambda: [
+            rest[tp.partition].extend(m.value for m in ms) for tp, ms in d.poll(200).items()
+        ],
     )
     d.close()
     assert rest == remaining
@@ -346,7 +339,7 @@ def test_rebalance_when_a_consumer_joins_and_leaves(
         return all(seen[p] == set(range(len(sent[p]))) for p in sent)
 
     try:
-        wait_for(lambda: a.partitions == {0, 1, 2, 3}, lambda: time.sleep(0.02))
+        wait_for(lambda: a.partitions == {0, 1, 2, 3}, interval=0.02)
         b = PolledConsumer(bootstrap, group, topic_name)
         members.append(b)
 
@@ -355,19 +348,19 @@ def test_rebalance_when_a_consumer_joins_and_leaves(
             return bool(pa) and bool(pb) and pa | pb == {0, 1, 2, 3} and not pa & pb
 
         try:
-            wait_for(split, lambda: time.sleep(0.02), state=lambda: (a.partitions, b.partitions))
-            wait_for(covered, lambda: time.sleep(0.02))
+            wait_for(split, what=lambda: (a.partitions, b.partitions), interval=0.02)
+            wait_for(covered, interval=0.02)
         finally:
             b.close()  # LeaveGroup: a takes everything back
         wait_for(
             lambda: a.partitions == {0, 1, 2, 3},
-            lambda: time.sleep(0.02),
-            state=lambda: a.partitions,
+            what=lambda: a.partitions,
+            interval=0.02,
         )
         more = produce(bootstrap, topic_name, 4, 40, enable_idempotence=False)
         for p, values in more.items():
             sent[p].extend(values)
-        wait_for(covered, lambda: time.sleep(0.02))
+        wait_for(covered, interval=0.02)
     finally:
         a.close()
     # Every record reached the group with its own value; exactly once unless a commit failed.
@@ -407,11 +400,11 @@ def test_a_killed_member_is_evicted_after_its_session_timeout(
         assert child.stdout.readline().strip() == "assigned"
         a = consumer(bootstrap, group_id=group)
         subscribe(a, topic_name)
-        wait_for(lambda: len(_partitions(a)) == 1, lambda: a.poll(50))
+        wait_for(lambda: len(_partitions(a)) == 1, poll=lambda: a.poll(50))
         child.kill()  # SIGKILL: no LeaveGroup, the heartbeats just stop
         child.wait()
         killed_at = time.monotonic()
-        wait_for(lambda: len(_partitions(a)) == 2, lambda: a.poll(50))
+        wait_for(lambda: len(_partitions(a)) == 2, poll=lambda: a.poll(50))
         # Not before the session timeout: the broker waited for the missing heartbeats.
         assert time.monotonic() - killed_at > 3
         a.close()

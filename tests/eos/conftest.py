@@ -12,7 +12,7 @@ import struct
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,13 +64,6 @@ def timeout_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedde
     broker.start()
     yield broker
     broker.stop()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not met within {timeout} s"
-        time.sleep(0.02)
 
 
 def create_topics(bootstrap: str, topics: Mapping[str, int]) -> None:

@@ -34,8 +34,8 @@ from tests.eos.conftest import (
     send,
     transactional_producer,
     wait_settled,
-    wait_until,
 )
+from tests.waiting import wait_for
 
 OK = ErrorCode.none
 READ_COMMITTED = 1
@@ -371,7 +371,7 @@ def test_state_errors_the_client_catches_itself(bootstrap: str, topic_name: str)
     producer.begin_transaction()
     send(producer, [(topic_name, 0, b"inside")])
     producer.commit_transaction(30)
-    wait_until(
+    wait_for(
         lambda: read_back(bootstrap, [(topic_name, 0)])[(topic_name, 0)].committed == [b"inside"],
         10,
         "committed record visible",

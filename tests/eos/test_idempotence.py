@@ -25,8 +25,8 @@ from tests.eos.conftest import (
     partitions_of,
     produce_batch,
     read_back,
-    wait_until,
 )
+from tests.waiting import wait_for
 
 PARTITIONS = 3
 OK = ErrorCode.none
@@ -122,7 +122,7 @@ def _diff(got: list[bytes], want: list[bytes]) -> str:
 
 def wait_for_death(broker: EmbeddedBroker, timeout: float = 60) -> None:
     assert broker.process is not None
-    wait_until(lambda: broker.process.poll() is not None, timeout, "broker reached crash point")
+    wait_for(lambda: broker.process.poll() is not None, timeout, "broker reached crash point")
 
 
 def test_retry_after_crash_before_response_is_a_duplicate(
@@ -138,7 +138,7 @@ def test_retry_after_crash_before_response_is_a_duplicate(
             broker.env = {}  # the last restart runs to the end
         broker.start()
     floor = len(sender.acked) + 500
-    wait_until(lambda: len(sender.acked) >= floor, 60, "progress after the last restart")
+    wait_for(lambda: len(sender.acked) >= floor, 60, "progress after the last restart")
     sender.stop()
     sender.check(broker.bootstrap)
 
@@ -153,12 +153,12 @@ def test_random_kill_9_loses_and_duplicates_nothing(
     sender = IdempotentSender(broker.bootstrap, topic_name).start()
     for _ in range(4):
         floor = len(sender.acked) + 200
-        wait_until(lambda f=floor: len(sender.acked) >= f, 60, f"progress (seed {seed})")
+        wait_for(lambda f=floor: len(sender.acked) >= f, 60, f"progress (seed {seed})")
         time.sleep(rng.uniform(0, 0.3))  # a random moment, mid-stream
         broker.kill()
         broker.start()
     floor = len(sender.acked) + 500
-    wait_until(lambda: len(sender.acked) >= floor, 60, f"progress (seed {seed})")
+    wait_for(lambda: len(sender.acked) >= floor, 60, f"progress (seed {seed})")
     sender.stop()
     sender.check(broker.bootstrap)
 

@@ -30,8 +30,8 @@ from tests.eos.conftest import (
     send,
     transactional_producer,
     wait_settled,
-    wait_until,
 )
+from tests.waiting import wait_for
 
 
 class _Lines(logging.Handler):
@@ -81,7 +81,7 @@ def test_records_numbered_with_purged_sequences_are_refused_not_lost(
 
     producer.begin_transaction()
     purged = _produce(producer, topic_name, [b"A0", b"A1", b"A2"])
-    wait_until(request_timed_out, 15, "the produce request times out in the client")
+    wait_for(request_timed_out, 15, "the produce request times out in the client")
     producer.abort_transaction(30)
     assert {e.code() for _, e in purged.failed} == {KafkaError._PURGE_QUEUE}
 

@@ -32,8 +32,8 @@ from tests.eos.conftest import (
     send,
     transactional_producer,
     wait_settled,
-    wait_until,
 )
+from tests.waiting import wait_for
 
 # librdkafka 2.16 re-bootstraps when every broker is down, and its transactional producer then
 # never finds its coordinator again (the decommissioned broker handle never terminates): with
@@ -186,7 +186,7 @@ def check_outcomes(
 
 def wait_for_death(broker: EmbeddedBroker, timeout: float = 30) -> None:
     assert broker.process is not None
-    wait_until(lambda: broker.process.poll() is not None, timeout, "broker reached crash point")
+    wait_for(lambda: broker.process.poll() is not None, timeout, "broker reached crash point")
 
 
 def run_through_crash(
@@ -285,12 +285,12 @@ def test_random_kill_9_during_a_loop_of_transactions(
     thread.start()
     for _ in range(3):
         floor = len(runner.done) + 5
-        wait_until(lambda f=floor: len(runner.done) >= f, 90, f"progress (seed {seed})")
+        wait_for(lambda f=floor: len(runner.done) >= f, 90, f"progress (seed {seed})")
         time.sleep(rng.uniform(0, 0.2))  # a random moment inside some transaction
         broker.kill()
         broker.start()
     floor = len(runner.done) + 5
-    wait_until(lambda: len(runner.done) >= floor, 90, f"progress after restarts (seed {seed})")
+    wait_for(lambda: len(runner.done) >= floor, 90, f"progress after restarts (seed {seed})")
     stop.set()
     thread.join(120)
     assert not thread.is_alive()

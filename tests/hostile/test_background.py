@@ -25,7 +25,7 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.broker.test_confluent_client import create_topic
 from tests.broker.test_hostile_input import WAIT, WireClient, good_batch, produce_errors
-from tests.spark.kafka_io import wait_for
+from tests.waiting import wait_for
 
 DEADLINE = 30.0  # seconds a background loop may take to show its work
 

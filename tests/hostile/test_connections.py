@@ -27,6 +27,7 @@ from tests.broker.test_hostile_input import (
     good_batch,
     produce_request,
 )
+from tests.waiting import wait_for
 
 MiB = 1 << 20
 WAIT = 30.0
@@ -35,13 +36,6 @@ MakeBroker = Callable[..., EmbeddedBroker]
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _cpu_and_state(pid: int) -> tuple[int, str]:
@@ -59,7 +53,7 @@ def wait_quiet(broker: EmbeddedBroker, timeout: float = 60.0) -> None:
         after = _cpu_and_state(broker.pid)
         return before[1] == after[1] == "S" and after[0] - before[0] <= 2
 
-    wait_for(quiet, "the broker to be idle", timeout)
+    wait_for(quiet, timeout, "the broker to be idle")
 
 
 def descriptors(broker: EmbeddedBroker) -> int:
@@ -226,7 +220,7 @@ def test_max_connections_per_ip_closes_the_extra_connection(make_broker: MakeBro
         assert client.call(_api_versions_request()).error_code == 0
     for client in held:
         client.close()
-    wait_for(lambda: descriptors_settled(broker, held=0), "the connections to be released")
+    wait_for(lambda: descriptors_settled(broker, held=0), WAIT, "the connections to be released")
     assert_served(broker)
 
 
@@ -373,6 +367,7 @@ def test_out_of_descriptors_at_accept_backs_off_and_recovers(make_broker: MakeBr
     ]
     wait_for(
         lambda: any("Too many open files" in line for line in broker.output),
+        WAIT,
         "the broker to log that it cannot accept",
     )
     before = _cpu_and_state(broker.pid)[0]
@@ -384,5 +379,5 @@ def test_out_of_descriptors_at_accept_backs_off_and_recovers(make_broker: MakeBr
     for client in clients:
         client.close()
     resource.prlimit(broker.pid, resource.RLIMIT_NOFILE, limits)
-    wait_for(lambda: answers(broker.bootstrap), "the broker to accept again")
+    wait_for(lambda: answers(broker.bootstrap), WAIT, "the broker to accept again")
     assert_served(broker)

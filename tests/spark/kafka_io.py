@@ -10,6 +10,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from tests.waiting import wait_for
+
 
 def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -135,17 +137,6 @@ def read_values(
 def duplicates(values: Iterable[str]) -> int:
     """How many values appear more than once, counted as extra copies."""
     return sum(n - 1 for n in Counter(values).values() if n > 1)
-
-
-def wait_for(condition, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]
-    """Poll `condition` until it returns a truthy value (returned), or fail after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(interval)
 
 
 def committed_batches(checkpoint: Path) -> list[int]:

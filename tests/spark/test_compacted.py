@@ -21,7 +21,8 @@ from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.pipelines import wordcount
 from onceflow.pipelines.topic_reader import read_topic
 from onceflow.pipelines.wordcount_check import check_counts, words_of
-from tests.spark.kafka_io import committed_batches, create_topic, produce, wait_for
+from tests.spark.kafka_io import committed_batches, create_topic, produce
+from tests.waiting import wait_for
 
 TABLE_CONFIG = {
     "cleanup.policy": "compact",

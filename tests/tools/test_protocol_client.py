@@ -37,6 +37,7 @@ from onceflow.protocol.client import (
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import encode_response, parse_request
 from tests.broker.test_confluent_client import create_topic
+from tests.waiting import wait_for
 
 LIST_OFFSETS = 2
 WRITE_TXN_MARKERS = 27
@@ -108,13 +109,6 @@ def last_stable_offset(client: KafkaClient, topic: str, partition: int) -> int:
     answer = response.topics[0].partitions[0]
     assert answer.error_code == ErrorCode.none
     return answer.offset
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
-        time.sleep(0.05)
 
 
 def dead_address() -> str:
@@ -303,7 +297,7 @@ def test_write_txn_markers_aborts_an_open_transaction_and_moves_the_lso(
     first.close()
     producer = open_transaction(bootstrap, txn_id, topic_name, {0: [b"x"] * 3})
     try:
-        wait_until(lambda: last_stable_offset(client, topic_name, 0) == 0, what="LSO pinned at 0")
+        wait_for(lambda: last_stable_offset(client, topic_name, 0) == 0, what="LSO pinned at 0")
         (description,) = client.call_coordinator(
             txn_id, DESCRIBE_TRANSACTIONS, lambda cls: build(cls, transactional_ids=(txn_id,))
         ).transaction_states

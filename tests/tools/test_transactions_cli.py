@@ -28,8 +28,8 @@ from tests.tools.test_protocol_client import (
     dead_address,
     last_stable_offset,
     open_transaction,
-    wait_until,
 )
+from tests.waiting import wait_for
 
 
 def _app() -> typer.Typer:
@@ -208,8 +208,8 @@ def test_abort_by_transactional_id_fences_the_producer_and_unblocks_readers(
 
         # The abort markers are written: both partitions are stable to their end (p0: two
         # aborted records, one committed, its COMMIT marker, the ABORT marker).
-        wait_until(lambda: last_stable_offset(client, topic_name, 0) == 5, what="LSO of p0")
-        wait_until(lambda: last_stable_offset(client, topic_name, 1) == 4, what="LSO of p1")
+        wait_for(lambda: last_stable_offset(client, topic_name, 0) == 5, what="LSO of p0")
+        wait_for(lambda: last_stable_offset(client, topic_name, 1) == 4, what="LSO of p1")
     assert sorted(read_committed(bootstrap, topic_name, 2, 2)) == [b"kept-0", b"kept-1"]
     (row,) = rows(ok("describe", "--transactional-id", txn_id, bootstrap=bootstrap))
     assert row[4] in ("Empty", "CompleteAbort") and int(row[3]) > 0

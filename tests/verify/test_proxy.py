@@ -130,13 +130,6 @@ def test_find_coordinator_single_and_batched_are_rewritten() -> None:
     ]
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def proxy() -> Any:
     proxy = KafkaProxy().start()
