@@ -30,10 +30,10 @@ from tests.broker.offset_commits import offset_commit_request
 from tests.broker.test_confluent_client import create_topic
 from tests.eos.conftest import fetch_committed_offset
 
-from onceflow.broker.coordinator_log import OFFSETS_TOPIC
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.broker.log_cleaner import CHECKPOINT_FILE, read_checkpoints
 from onceflow.records.batch import iter_batches
+from onceflow.txn.coordinator import OFFSETS_TOPIC
 
 GROUPS = 4
 PARTITIONS = 4

@@ -13,7 +13,6 @@ from onceflow.compaction.cleaner import empty_batch
 from onceflow.log.config import LogConfig
 from onceflow.records.batch import iter_batches
 from onceflow.records.builder import build_batch
-from onceflow.records.control import build_marker
 from onceflow.records.record import iter_decoded_batches
 
 EXPIRATION_MS = 24 * 3600 * 1000
@@ -69,8 +68,7 @@ def test_a_log_with_emptied_batches_recovers_and_serves(tmp_path: Path) -> None:
             transactional=True,
         ),
     )
-    marker = build_marker(8, 1, commit=False, coordinator_epoch=3, timestamp_ms=ts + 30)
-    partition.append_marker(marker, 8, 1, False, 3)
+    partition.append_marker(8, 1, False, 3, ts + 30)
     m = partition.log.log_end_offset - 1
     c = _append(partition, build_batch([(b"k5", b"c", (), ts + 40)]))
     partition.log.roll()

@@ -14,13 +14,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.coordinator_log import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from onceflow.broker.data_dir import open_data_dir
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.broker.faults import POINTS
 from onceflow.broker.log_cleaner import CHECKPOINT_FILE, read_checkpoints
 from onceflow.log.segment import LOG_SUFFIX
 from onceflow.records.batch import iter_batches
+from onceflow.txn.coordinator import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from tests.broker.offset_commits import commit
 from tests.broker.test_compaction import wait_for
 from tests.broker.test_confluent_client import create_topic

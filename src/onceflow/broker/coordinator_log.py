@@ -40,9 +40,6 @@ log = logging.getLogger(__name__)
 
 KeyValue = tuple[bytes, bytes | None]
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-
 
 def internal_log_configs(segment_bytes: int) -> dict[str, str]:
     """The topic configs Kafka creates an internal topic with (the broker's defaults for the

@@ -33,7 +33,7 @@ from onceflow.log.partition_log import PartitionLog
 from onceflow.log.segment import Segment
 from onceflow.log.swap import Crash, no_crash
 from onceflow.records.batch import BatchHeader, iter_batches
-from onceflow.records.control import ControlType, parse_control_record
+from onceflow.records.control import ControlType, build_marker, parse_control_record
 from onceflow.records.decompression import DEFAULT_MAX_DECOMPRESSED_BYTES
 from onceflow.records.errors import RecordsError
 from onceflow.records.record import decode_batch
@@ -220,14 +220,17 @@ class Partition:
 
     def append_marker(
         self,
-        data: bytes,
         producer_id: int,
         producer_epoch: int,
         commit: bool,
         coordinator_epoch: int,
+        timestamp: int,
     ) -> None:
-        """Append a COMMIT/ABORT control batch and close the producer's transaction here."""
+        """Append a COMMIT/ABORT control batch and close the producer's transaction here.
+        Raises TxnError (nothing written) for a marker of an older producer or coordinator
+        epoch."""
         self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        data = build_marker(producer_id, producer_epoch, commit, coordinator_epoch, timestamp)
         info = self.log.append(data, list(iter_batches(data, verify_crc=False)))
         completed = self.producers.on_marker(
             producer_id, producer_epoch, commit, info.first_offset, coordinator_epoch

@@ -16,7 +16,7 @@ from onceflow.broker import handlers  # noqa: F401  (registers the API handlers)
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
 from onceflow.broker.connection_quotas import ConnectionQuotas
-from onceflow.broker.coordinator_log import OFFSETS_TOPIC, CoordinatorLog, internal_log_configs
+from onceflow.broker.coordinator_log import CoordinatorLog, internal_log_configs
 from onceflow.broker.data_dir import open_data_dir
 from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
 from onceflow.broker.durability import (
@@ -43,6 +43,7 @@ from onceflow.log.file_handles import configure as configure_file_handles
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.messages import Request
 from onceflow.records.control import ControlType, parse_control_record
+from onceflow.txn.coordinator import OFFSETS_TOPIC
 
 log = logging.getLogger("onceflow.broker")
 _loop_errors = RateLimitedLog(log)

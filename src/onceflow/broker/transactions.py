@@ -16,13 +16,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.coordinator_log import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from onceflow.broker.durability import until_durable
 from onceflow.broker.faults import crash_point, delay_point, raise_point
 from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.storage_failure import halt_on_storage_error
-from onceflow.records.control import build_marker
-from onceflow.txn.coordinator import CoordinatorResult, MarkerJob, TransactionCoordinator
+from onceflow.txn.coordinator import (
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    CoordinatorResult,
+    MarkerJob,
+    TransactionCoordinator,
+)
 from onceflow.txn.errors import TxnError, TxnIndexStorageError
 
 if TYPE_CHECKING:
@@ -204,16 +208,13 @@ class Transactions:
             partition = self.broker.topics.partition(topic, index)
             if partition is None:
                 continue  # the topic was deleted since: nothing left to mark
-            data = build_marker(
-                job.producer_id,
-                job.producer_epoch,
-                job.commit,
-                job.coordinator_epoch,
-                self.broker.clock(),
-            )
             try:
                 partition.append_marker(
-                    data, job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch
+                    job.producer_id,
+                    job.producer_epoch,
+                    job.commit,
+                    job.coordinator_epoch,
+                    self.broker.clock(),
                 )
             except TxnIndexStorageError:
                 raise  # the marker is in the log, its aborted-index entry is not: not a fence

@@ -383,15 +383,16 @@ class SimBroker:
                 needs.append((log, log.log_end_offset))
                 continue
             partition = self.partitions[(topic, index)]
-            data = build_marker(
-                job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, self.clock()
-            )
             log = partition.log
             assert isinstance(log, SimulatedLog)
             before = log.log_end_offset
             try:
                 partition.append_marker(
-                    data, job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch
+                    job.producer_id,
+                    job.producer_epoch,
+                    job.commit,
+                    job.coordinator_epoch,
+                    self.clock(),
                 )
             except TxnError as e:
                 self.observer.trace(f"  marker for {topic}-{index} skipped: {e}")

@@ -18,11 +18,10 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.dispatch import api
 from onceflow.broker.durability import NotDurableError
 from onceflow.broker.storage_failure import halt_on_storage_error
-from onceflow.broker.transactions import OFFSETS_TOPIC
 from onceflow.log.errors import DescriptorsExhaustedError
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
-from onceflow.records.control import build_marker
+from onceflow.txn.coordinator import OFFSETS_TOPIC
 from onceflow.txn.errors import TxnError
 
 if TYPE_CHECKING:
@@ -59,16 +58,13 @@ def _append(
     partition = None if topic == OFFSETS_TOPIC else broker.topics.partition(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition
-    data = build_marker(
-        marker.producer_id,
-        marker.producer_epoch,
-        commit,
-        marker.coordinator_epoch,
-        broker.clock(),
-    )
     try:
         partition.append_marker(
-            data, marker.producer_id, marker.producer_epoch, commit, marker.coordinator_epoch
+            marker.producer_id,
+            marker.producer_epoch,
+            commit,
+            marker.coordinator_epoch,
+            broker.clock(),
         )
     except TxnError as e:
         halt_on_storage_error(e)  # the marker is in the log, its aborted-index entry is not
