@@ -15,6 +15,7 @@ On disconnect everything is dropped at once (no reference cycle waits for the co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections import deque
@@ -207,23 +208,21 @@ class Connection(asyncio.Protocol):
                         return
                     self._ready.clear()
                     await self._ready.wait()
-                answer = self._answers[0]
-                try:
-                    if answer.future is not None:
-                        # shield: closing this connection must not cancel work shared with
-                        # other requests (a group-commit round)
-                        body = await asyncio.shield(answer.future)
-                        if body is not None:
-                            answer.data = encode_response(answer.request, body)
-                except Exception as e:
-                    self._failed(answer.request, e)
+                first = self._answers[0]
+                if first.future is not None and not first.future.done():
+                    # shield: closing this connection must not cancel work shared with other
+                    # requests (a group-commit round); a failure is handled below
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(first.future)
+                ready = self._ready_answers()
+                if ready is None:
                     return
-                if answer.data:
-                    await self._write(answer.data)
+                await self._write(ready)
                 if self._lost:
                     return
-                self._answers.popleft()
-                self._queued -= answer.cost
+                for _ in range(len(ready)):
+                    answer = self._answers.popleft()
+                    self._queued -= answer.cost
                 if not self._closing:
                     self._read_requests()  # room for more requests may have been made
         except asyncio.CancelledError:
@@ -233,8 +232,34 @@ class Connection(asyncio.Protocol):
                 self.transport.close()
             self._done.set()
 
-    async def _write(self, data: bytes) -> None:
+    def _ready_answers(self) -> list[bytes] | None:
+        """The encoded answers at the head of the queue that are ready, in order, up to about
+        WRITE_CHUNK bytes (at least the first): handed to the socket in one write, as a group
+        commit completes many produce requests at once. None if one failed (closed)."""
+        ready: list[bytes] = []
+        size = 0
+        for answer in self._answers:
+            if answer.future is not None:
+                if not answer.future.done():
+                    break
+                try:
+                    body = answer.future.result()
+                    if body is not None:
+                        answer.data = encode_response(answer.request, body)
+                except Exception as e:
+                    self._failed(answer.request, e)
+                    return None
+                answer.future = None
+            data = answer.data or b""
+            if ready and size + len(data) > WRITE_CHUNK:
+                break
+            ready.append(data)
+            size += len(data)
+        return ready
+
+    async def _write(self, answers: list[bytes]) -> None:
         assert self.transport is not None
+        data = answers[0] if len(answers) == 1 else b"".join(answers)
         with memoryview(data) as view:
             for start in range(0, len(view), WRITE_CHUNK):
                 if self._lost:
