@@ -86,6 +86,7 @@ class Connection(asyncio.Protocol):
             self.listener, self.peer, self.host, self.broker.supported[18]
         )
         self.session.tls_established(transport.get_extra_info("peercert"))
+        self.session.on_must_close = self._finish  # a failed authentication: answer, close
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         loop = asyncio.get_running_loop()
         self._responder = loop.create_task(self._respond())
@@ -159,8 +160,6 @@ class Connection(asyncio.Protocol):
             finally:
                 pool.release(self._granted)
                 self._granted = None
-                if self.session.must_close:
-                    self._finish()  # security hook: answer the failed authentication, close
             self._enqueue(request, result)
         self._update_reading()
 

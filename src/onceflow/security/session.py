@@ -15,7 +15,7 @@ import asyncio
 import enum
 import logging
 import struct
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,8 +74,10 @@ class Session:
     state: SaslState = SaslState.COMPLETE
     # After SaslHandshake v0: the next frames are bare tokens (no request header).
     raw_tokens: bool = False
-    # Authentication failed or was refused: read nothing more; close once answered.
+    # Authentication failed or was refused: read nothing more; close once answered. The
+    # connection sets `on_must_close` to hear of it when it happens (after an await).
     must_close: bool = False
+    on_must_close: Callable[[], None] | None = field(default=None, repr=False)
     mechanism: str | None = None
     _server: MechanismServer | None = field(default=None, repr=False)
     _busy: bool = False
@@ -136,8 +138,7 @@ class Session:
             return ErrorCode.illegal_sasl_state
         if mechanism not in self.sasl.enabled_mechanisms:
             self._log_failure(f"unsupported SASL mechanism {mechanism!r}")
-            self.state = SaslState.FAILED
-            self.must_close = True
+            self._fail()
             return ErrorCode.unsupported_sasl_mechanism
         self.mechanism = mechanism
         self._server = mechanism_server(mechanism, self.sasl.credentials)
@@ -178,8 +179,7 @@ class Session:
         assert self._server is not None and self.sasl is not None
         if self._busy:
             # Clients wait for each challenge; a pipelined token is a broken client.
-            self.must_close = True
-            self.state = SaslState.FAILED
+            self._fail()
             return AuthenticateOutcome(
                 ErrorCode.illegal_sasl_state, "SASL token sent before the previous answer", b""
             )
@@ -187,8 +187,7 @@ class Session:
         try:
             response = await self._server.evaluate(token)
         except SaslAuthenticationError as e:
-            self.state = SaslState.FAILED
-            self.must_close = True
+            self._fail()
             self._log_failure(e.reason, e.username)
             # Kafka delays the answer and the close, which slows down password guessing.
             await asyncio.sleep(self.sasl.failed_authentication_delay_s)
@@ -207,6 +206,12 @@ class Session:
                 self.mechanism,
             )
         return AuthenticateOutcome(ErrorCode.none, None, response)
+
+    def _fail(self) -> None:
+        self.state = SaslState.FAILED
+        self.must_close = True
+        if self.on_must_close is not None:
+            self.on_must_close()
 
     def _log_failure(self, reason: str, username: str | None = None) -> None:
         principal = user(username) if username else self.principal
