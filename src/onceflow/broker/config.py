@@ -9,14 +9,23 @@ from typing import Any
 
 from onceflow.log.config import parse_cleanup_policy
 from onceflow.log.errors import LogConfigError
+from onceflow.security.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    Listener,
+    ListenerError,
+    SecurityProtocol,
+    parse_listeners,
+    parse_protocol_map,
+)
+from onceflow.security.sasl import SUPPORTED_MECHANISMS
 
 
 class ConfigError(ValueError):
     """A setting that does not exist or has a value of the wrong kind."""
 
 
-def _kafka(name: str, default: Any) -> Any:
-    return field(default=default, metadata={"kafka": name})
+def _kafka(name: str, default: Any, *, sensitive: bool = False) -> Any:
+    return field(default=default, metadata={"kafka": name, "sensitive": sensitive})
 
 
 @dataclass(frozen=True)
@@ -84,9 +93,71 @@ class BrokerConfig:
     # event loop with requests, so a burst waits in the backlog (Linux caps it at somaxconn,
     # 4096 by default since 5.4).
     socket_listen_backlog_size: int = _kafka("socket.listen.backlog.size", 4096)
+    # Security (security/): listeners, TLS, SASL. With `listeners` empty the broker has one
+    # PLAINTEXT listener on host:port (--listen), as before.
+    listeners: str = _kafka("listeners", "")
+    advertised_listeners: str = _kafka("advertised.listeners", "")
+    listener_security_protocol_map: str = _kafka(
+        "listener.security.protocol.map", DEFAULT_PROTOCOL_MAP
+    )
+    ssl_keystore_type: str = _kafka("ssl.keystore.type", "PEM")
+    ssl_keystore_location: str = _kafka("ssl.keystore.location", "")
+    ssl_key_password: str = _kafka("ssl.key.password", "", sensitive=True)
+    ssl_truststore_type: str = _kafka("ssl.truststore.type", "PEM")
+    ssl_truststore_location: str = _kafka("ssl.truststore.location", "")
+    ssl_client_auth: str = _kafka("ssl.client.auth", "none")
+    ssl_enabled_protocols: str = _kafka("ssl.enabled.protocols", "TLSv1.2,TLSv1.3")
+    # Kafka's default is GSSAPI, which onceflow does not offer; PLAIN is opt-in (it sends the
+    # password itself, safe only inside TLS).
+    sasl_enabled_mechanisms: str = _kafka("sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512")
+    connection_failed_authentication_delay_ms: int = _kafka(
+        "connection.failed.authentication.delay.ms", 100
+    )
 
     def __post_init__(self) -> None:
         _check_cleaner_settings(self)
+        self.listener_list()  # fails now, with the setting named, rather than at start
+        self.advertised_listener_list()
+        self.enabled_mechanisms()
+        if self.connection_failed_authentication_delay_ms < 0:
+            raise ConfigError("setting 'connection.failed.authentication.delay.ms' is negative")
+
+    def listener_list(self) -> list[Listener]:
+        """`listeners`, or the one PLAINTEXT listener of --listen (host, port)."""
+        if not self.listeners.strip():
+            return [Listener("PLAINTEXT", SecurityProtocol.PLAINTEXT, self.host, self.port)]
+        try:
+            return parse_listeners(self.listeners, self._protocol_map())
+        except ListenerError as e:
+            raise ConfigError(str(e)) from None
+
+    def advertised_listener_list(self) -> list[Listener] | None:
+        if not self.advertised_listeners.strip():
+            return None
+        try:
+            return parse_listeners(
+                self.advertised_listeners, self._protocol_map(), "advertised.listeners"
+            )
+        except ListenerError as e:
+            raise ConfigError(str(e)) from None
+
+    def enabled_mechanisms(self) -> tuple[str, ...]:
+        names = tuple(
+            m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",") if m.strip()
+        )
+        unsupported = [m for m in names if m not in SUPPORTED_MECHANISMS]
+        if unsupported:
+            raise ConfigError(
+                f"sasl.enabled.mechanisms: {', '.join(unsupported)} not supported by onceflow "
+                f"(it offers {', '.join(SUPPORTED_MECHANISMS)})"
+            )
+        return names
+
+    def _protocol_map(self) -> dict[str, SecurityProtocol]:
+        try:
+            return parse_protocol_map(self.listener_security_protocol_map)
+        except ListenerError as e:
+            raise ConfigError(str(e)) from None
 
     @property
     def advertised(self) -> str:
@@ -108,10 +179,11 @@ class BrokerConfig:
         return replace(self, **changes)
 
     def kafka_settings(self) -> dict[str, str]:
-        """The settings DescribeConfigs reports for the broker resource."""
+        """The settings DescribeConfigs reports for the broker resource (passwords left out:
+        no secret leaves the broker)."""
         out = {}
         for f in fields(self):
-            if "kafka" in f.metadata:
+            if "kafka" in f.metadata and not f.metadata["sensitive"]:
                 value = getattr(self, f.name)
                 out[f.metadata["kafka"]] = (
                     str(value).lower() if isinstance(value, bool) else str(value)

@@ -31,6 +31,8 @@ from onceflow.protocol.messages import Request, encode_response, parse_request
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
+    from onceflow.security.listeners import Listener
+    from onceflow.security.session import Session
 
 log = logging.getLogger(__name__)
 limited_log = RateLimitedLog(log)
@@ -44,17 +46,19 @@ FETCH = 1
 
 @dataclass(slots=True, eq=False)
 class _Answer:
-    request: Request
+    request: Request | None  # None: a bare SASL token's answer (SaslHandshake v0)
     future: asyncio.Future[Any] | None  # None: `data` was computed at once
     data: bytes | None
     cost: int  # bytes counted against MAX_QUEUED_BYTES until written
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker, host: str) -> None:
+    def __init__(self, broker: Broker, host: str, listener: Listener) -> None:
         self.broker = broker
         self.host = host
         self.peer = host
+        self.listener = listener
+        self.session: Session | None = None  # made when the transport (TLS or not) is up
         self.transport: asyncio.Transport | None = None
         self._frames = FrameReader(broker.config.socket_request_max_bytes)
         self._answers: deque[_Answer] = deque()
@@ -78,6 +82,12 @@ class Connection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        # security hook: the session (listener, principal; SASL state) of this connection
+        self.session = self.broker.security.new_session(
+            self.listener, self.peer, self.host, self.broker.supported[18]
+        )
+        self.session.tls_established(transport.get_extra_info("peercert"))
+        self.session.on_must_close = self._finish  # a failed authentication: answer, close
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         loop = asyncio.get_running_loop()
         self._responder = loop.create_task(self._respond())
@@ -92,9 +102,10 @@ class Connection(asyncio.Protocol):
         self._read_requests()
 
     def eof_received(self) -> bool:
-        # The client will send no more: answer what it already asked, then close.
+        # The client will send no more: answer what it already asked, then close. (TLS cannot
+        # stay half-open: asyncio's SSL transport closes itself, so do not ask it to.)
         self._finish()
-        return True
+        return not self.listener.protocol.uses_tls
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -131,10 +142,18 @@ class Connection(asyncio.Protocol):
             frame = self._frames.next_frame()
             if frame is None:
                 break
+            assert self.session is not None
             try:
+                if self.session.raw_tokens:
+                    # security hook: after SaslHandshake v0 a frame is a bare SASL token
+                    self._enqueue_raw(self.session.raw_token(frame))
+                    continue
                 request = parse_request(frame, self.broker.supported)
                 del frame  # the parsed request keeps what it needs
                 request.client_host = self.host
+                request.session = self.session
+                # security hook: an unauthenticated SASL connection sends only what SASL needs
+                self.session.admit(request.api_key, request.api_version)
                 result = self.broker.dispatch(self, request)
             except ProtocolError as e:
                 self._refuse(e)
@@ -185,6 +204,12 @@ class Connection(asyncio.Protocol):
         self._queued += answer.cost
         self._ready.set()
 
+    def _enqueue_raw(self, result: Any) -> None:
+        """A bare SASL token's answer: bytes sent as they are, or nothing (None)."""
+        answer = _Answer(None, asyncio.ensure_future(result), None, 0)
+        self._answers.append(answer)
+        self._ready.set()
+
     def _refuse(self, error: ProtocolError) -> None:
         limited_log.warning(
             f"refused:{type(error).__name__}", "closing connection from %s: %s", self.peer, error
@@ -192,10 +217,11 @@ class Connection(asyncio.Protocol):
         self._frames.clear()
         self._finish()
 
-    def _failed(self, request: Request, error: Exception) -> None:
+    def _failed(self, request: Request | None, error: Exception) -> None:
         halt_on_storage_error(error)
         # A bug answering one request: close this connection, keep the broker serving.
-        log.error("request %s v%s failed", request.api_key, request.api_version, exc_info=error)
+        what = "a SASL token" if request is None else f"{request.api_key} v{request.api_version}"
+        log.error("request %s failed", what, exc_info=error)
         self.abort()
 
     # -- answers -----------------------------------------------------------------------------
@@ -244,7 +270,9 @@ class Connection(asyncio.Protocol):
                     break
                 try:
                     body = answer.future.result()
-                    if body is not None:
+                    if answer.request is None:
+                        answer.data = body  # a bare SASL token, or None
+                    elif body is not None:
                         answer.data = encode_response(answer.request, body)
                 except Exception as e:
                     self._failed(answer.request, e)

@@ -18,6 +18,7 @@ from collections import deque
 from pathlib import Path
 
 _READY = re.compile(r"onceflow broker ready on (\S+):(\d+)")
+_LISTENERS = re.compile(r"\(listeners: ([^;)]+)")
 
 
 class BrokerStartError(RuntimeError):
@@ -35,6 +36,7 @@ class EmbeddedBroker:
         log_level: str = "WARNING",
         env: dict[str, str] | None = None,
         open_files_limit: int | None = None,
+        listeners: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
@@ -44,12 +46,20 @@ class EmbeddedBroker:
         self.env = dict(env or {})  # e.g. ONCEFLOW_CRASH_AT (see onceflow.broker.faults)
         # RLIMIT_NOFILE (soft and hard) of the child, e.g. 1024 to test descriptor bounds.
         self.open_files_limit = open_files_limit
+        # Kafka's `listeners` (NAME://HOST:PORT,...) instead of one PLAINTEXT --listen; ports
+        # 0 become the bound ones after the first start, kept across restarts.
+        self.listeners = listeners
+        self.listener_ports: dict[str, int] = {}
         self.process: subprocess.Popen[str] | None = None
         self.output: deque[str] = deque(maxlen=200)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def bootstrap_for(self, listener: str) -> str:
+        """host:port of the named listener (started with `listeners`)."""
+        return f"127.0.0.1:{self.listener_ports[listener.upper()]}"
 
     @property
     def pid(self) -> int:
@@ -65,8 +75,7 @@ class EmbeddedBroker:
             "broker",
             "--data-dir",
             str(self.data_dir),
-            "--listen",
-            f"127.0.0.1:{self.port}",
+            *self._listen_args(),
             "--log-level",
             self.log_level,
             "--fsync" if self.fsync else "--no-fsync",
@@ -92,6 +101,17 @@ class EmbeddedBroker:
                 raise BrokerStartError(f"broker did not start:\n{tail}")
         return self
 
+    def _listen_args(self) -> list[str]:
+        if self.listeners is None:
+            return ["--listen", f"127.0.0.1:{self.port}"]
+        urls = []
+        for url in self.listeners.split(","):
+            name, _, address = url.strip().partition("://")
+            host = address.rpartition(":")[0]
+            port = self.listener_ports.get(name.upper(), int(address.rpartition(":")[2]))
+            urls.append(f"{name}://{host}:{port}")
+        return ["-o", "listeners=" + ",".join(urls)]
+
     def _limit_open_files(self) -> None:
         # Runs in the child between fork and exec: only async-signal-safe work here.
         limit = self.open_files_limit
@@ -109,6 +129,10 @@ class EmbeddedBroker:
             match = _READY.search(line)
             if match and not ready.is_set():
                 self.port = int(match.group(2))
+                bound = _LISTENERS.search(line)
+                for url in bound.group(1).split(",") if bound else []:
+                    name, _, address = url.partition("://")
+                    self.listener_ports[name] = int(address.rpartition(":")[2])
                 ready.set()
 
     def kill(self) -> None:

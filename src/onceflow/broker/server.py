@@ -43,6 +43,8 @@ from onceflow.log.file_handles import configure as configure_file_handles
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.messages import Request
 from onceflow.records.control import ControlType, parse_control_record
+from onceflow.security.broker_security import BrokerSecurity
+from onceflow.security.listeners import Listener
 from onceflow.txn.coordinator import OFFSETS_TOPIC
 
 log = logging.getLogger("onceflow.broker")
@@ -66,6 +68,8 @@ class Broker:
         self.clock = clock
         self.supported = supported_versions()
         self.cluster_id = open_data_dir(config.data_dir, config.node_id)
+        # security hook: listeners, TLS, SASL and the SCRAM credentials (onceflow.security)
+        self.security = BrokerSecurity.from_config(config)
         self.topics = TopicRegistry(config, clock)
         self.committer = GroupCommitter(enabled=config.fsync)
         self.offsets_log = self.internal_log(OFFSETS_TOPIC, config.offsets_topic_segment_bytes)
@@ -81,8 +85,10 @@ class Broker:
                 }
             ),
         )
-        self._listener: socket.socket | None = None
-        self._acceptor: asyncio.Task[None] | None = None
+        self._listeners: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task[None]] = []
+        self._handshakes: set[asyncio.Task[None]] = set()  # TLS connections being set up
+        self.bound_ports: dict[str, int] = {}  # listener name -> bound port
         self._tasks: set[asyncio.Task[Any]] = set()
         self._connections: set[Connection] = set()
         self._stopping = False
@@ -118,11 +124,15 @@ class Broker:
         self.topics.load()
         self._load_offsets()
         self.transactions.load()
-        self._listener = await _listen(
-            self.config.host, self.config.port, self.config.socket_listen_backlog_size
-        )
-        self.port = self._listener.getsockname()[1]
-        self._acceptor = asyncio.get_running_loop().create_task(self._accept(self._listener))
+        loop = asyncio.get_running_loop()
+        for listener in self.security.listeners:
+            sock = await _listen(
+                listener.host, listener.port, self.config.socket_listen_backlog_size
+            )
+            self._listeners.append(sock)
+            self.bound_ports[listener.name] = sock.getsockname()[1]
+            self._acceptors.append(loop.create_task(self._accept(sock, listener)))
+        self.port = self.bound_ports[self.security.listeners[0].name]
         self._spawn(
             "retention",
             self._every("retention", self._retention_delay, self._retention_tick),
@@ -147,11 +157,11 @@ class Broker:
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._acceptor is not None:
-            self._acceptor.cancel()
-            await asyncio.gather(self._acceptor, return_exceptions=True)
-        if self._listener is not None:
-            self._listener.close()
+        for acceptor in [*self._acceptors, *self._handshakes]:
+            acceptor.cancel()
+        await asyncio.gather(*self._acceptors, *self._handshakes, return_exceptions=True)
+        for sock in self._listeners:
+            sock.close()
         # Clients are dropped before the logs close, so that no request runs against them.
         connections = list(self._connections)
         for connection in connections:
@@ -166,23 +176,23 @@ class Broker:
         self.offsets_log.close()
         self.committer.close()
 
-    async def _accept(self, listener: socket.socket) -> None:
+    async def _accept(self, sock: socket.socket, listener: Listener) -> None:
         """The acceptor: waits for a slot under max.connections (KIP-402), closes at once a
         connection over max.connections.per.ip, backs off when out of descriptors."""
         loop = asyncio.get_running_loop()
         while True:
             await self.quotas.wait_for_slot()
             try:
-                accepted = [await loop.sock_accept(listener)]
+                accepted = [await loop.sock_accept(sock)]
                 # Drain the backlog in one turn of the loop, not one turn per connection: a
                 # burst must not overflow the backlog while requests are being served.
                 while len(accepted) < ACCEPT_BATCH and self.quotas.slot_available(len(accepted)):
                     try:
-                        sock, address = listener.accept()
+                        client, address = sock.accept()
                     except BlockingIOError:
                         break
-                    sock.setblocking(False)
-                    accepted.append((sock, address))
+                    client.setblocking(False)
+                    accepted.append((client, address))
             except OSError as e:
                 if e.errno in _ACCEPT_RESOURCE_ERRNOS:
                     _connection_log.warning(
@@ -196,10 +206,24 @@ class Broker:
                 if e.errno == errno.ECONNABORTED:
                     continue  # the client gave up before we accepted
                 raise
-            await asyncio.gather(*(self._attach(loop, sock, addr) for sock, addr in accepted))
+            if listener.protocol.uses_tls:
+                # A TLS handshake takes round trips (or a client that never finishes one): it
+                # must not hold up the acceptor, so each runs on its own.
+                for client, addr in accepted:
+                    task = loop.create_task(self._attach(loop, client, addr, listener))
+                    self._handshakes.add(task)
+                    task.add_done_callback(self._handshakes.discard)
+            else:
+                await asyncio.gather(
+                    *(self._attach(loop, client, addr, listener) for client, addr in accepted)
+                )
 
     async def _attach(
-        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, address: Any
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        address: Any,
+        listener: Listener,
     ) -> None:
         host = address[0] if isinstance(address, tuple) else str(address)
         if not self.quotas.admit(host):
@@ -212,14 +236,31 @@ class Broker:
                 self.quotas.limit_for(host),
             )
             return
-        connection = Connection(self, host)
+        connection = Connection(self, host, listener)
         self._connections.add(connection)
+        tls = self.security.tls if listener.protocol.uses_tls else None
         try:
-            await loop.connect_accepted_socket(lambda: connection, sock)
+            await loop.connect_accepted_socket(
+                lambda: connection,
+                sock,
+                ssl=tls,
+                ssl_handshake_timeout=_handshake_timeout(self.config) if tls else None,
+            )
         except OSError as e:
             sock.close()
             self.connection_closed(connection)
-            _connection_log.warning("accept-setup", "cannot set up a connection: %s", e)
+            if tls is None:
+                _connection_log.warning("accept-setup", "cannot set up a connection: %s", e)
+            else:
+                # Kafka logs this as a failed authentication (an untrusted or expired
+                # certificate, a client that does not speak TLS, a handshake timed out).
+                _connection_log.info(
+                    f"tls:{host}",
+                    "failed authentication with %s on listener %s (SSL handshake failed): %s",
+                    host,
+                    listener.name,
+                    getattr(e, "reason", None) or e,
+                )
         except asyncio.CancelledError:
             if connection.transport is None:  # stopped before the connection was set up
                 sock.close()
@@ -415,6 +456,13 @@ class Broker:
 
     # -- requests ---------------------------------------------------------------------------
 
+    def advertised_endpoint(self, request: Request) -> tuple[str, int]:
+        """(host, port) of the listener `request` came in on, as Metadata and FindCoordinator
+        give it (advertised.listeners)."""
+        session = request.session
+        name = session.listener.name if session is not None else self.security.listeners[0].name
+        return self.security.advertised_endpoint(name, self.bound_ports.get(name, self.port))
+
     def dispatch(self, connection: Connection, request: Request) -> HandlerResult:
         handler = HANDLERS[request.api_key]
         try:
@@ -425,6 +473,12 @@ class Broker:
             halt_on_storage_error(e)
             log.exception("API %d v%d handler failed", request.api_key, request.api_version)
             raise HandlerCrashError(f"handler failed: {e!r}") from e
+
+
+def _handshake_timeout(config: BrokerConfig) -> float:
+    # Kafka bounds a connection that never completes its handshake by connections.max.idle.ms.
+    idle = config.connections_max_idle_ms
+    return idle / 1000 if idle > 0 else 60.0
 
 
 async def _listen(host: str, port: int, backlog: int) -> socket.socket:
@@ -471,9 +525,14 @@ async def serve_forever(config: BrokerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     fsync = "on" if config.fsync else "OFF (acknowledged writes can be lost on power failure)"
+    # The first listener first (what EmbeddedBroker and scripts read), then every listener.
+    first = broker.security.listeners[0]
+    bound = ",".join(
+        listener.url(broker.bound_ports[listener.name]) for listener in broker.security.listeners
+    )
     print(
-        f"onceflow broker ready on {config.host}:{broker.port} "
-        f"(data: {config.data_dir}, fsync: {fsync})",
+        f"onceflow broker ready on {first.host or '0.0.0.0'}:{broker.port} "
+        f"(listeners: {bound}; data: {config.data_dir}, fsync: {fsync})",
         flush=True,
     )
     await stop.wait()

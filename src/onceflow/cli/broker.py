@@ -60,6 +60,7 @@ def broker_command(
     from onceflow.broker.config import ConfigError, load_config
     from onceflow.broker.data_dir import DataDirError
     from onceflow.broker.server import serve_forever
+    from onceflow.security.broker_security import SecurityConfigError
 
     flags: dict[str, object] = {
         "data_dir": data_dir,
@@ -72,13 +73,17 @@ def broker_command(
         settings = load_config(config, _parse_overrides(override or []), **flags)
     except ConfigError as e:
         raise typer.BadParameter(str(e)) from None
+    if listen is not None and settings.listeners:
+        raise typer.BadParameter(
+            "give --listen (one PLAINTEXT listener) or the listeners setting, not both"
+        )
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
         asyncio.run(serve_forever(settings))
-    except DataDirError as e:
+    except (DataDirError, SecurityConfigError) as e:
         typer.echo(f"onceflow broker: {e}", err=True)
         raise typer.Exit(code=1) from None
     except OSError as e:

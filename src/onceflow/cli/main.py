@@ -15,6 +15,7 @@ from onceflow.cli.options import OnceflowGroup
 from onceflow.cli.run import run_command
 from onceflow.cli.topics import topics_app
 from onceflow.cli.transactions import transactions_app
+from onceflow.cli.users import users_app
 from onceflow.cli.verify import verify_command
 
 app = typer.Typer(
@@ -31,6 +32,7 @@ app.command("produce")(produce_command)
 app.command("consume")(consume_command)
 app.add_typer(groups_app, name="groups")
 app.add_typer(transactions_app, name="transactions")
+app.add_typer(users_app, name="users")
 app.command("bench")(bench_command)
 app.command("bench-eos")(bench_eos_command)
 app.command("bench-spark")(bench_spark_command)

@@ -38,6 +38,9 @@ class Request:
     flexible: bool
     size: int
     client_host: str = ""
+    # The connection's security session (onceflow.security.session.Session): listener and
+    # principal, for the handlers that need them (Metadata's endpoints, SASL, an authorizer).
+    session: Any = None
 
 
 @cache

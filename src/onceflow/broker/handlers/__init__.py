@@ -11,6 +11,8 @@ from onceflow.broker.handlers import (  # noqa: F401
     metadata,
     offsets,
     produce,
+    sasl,
+    scram_credentials,
     topics_admin,
     transactions,
     txn_markers,

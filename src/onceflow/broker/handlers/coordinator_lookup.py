@@ -26,8 +26,7 @@ def handle_find_coordinator(broker: Broker, request: Request) -> Any:
     key_type = getattr(req, "key_type", GROUP)
     error = ErrorCode.none if key_type in (GROUP, TRANSACTION) else ErrorCode.invalid_request
     node = broker.config.node_id if error == ErrorCode.none else -1
-    host = broker.config.advertised if error == ErrorCode.none else ""
-    port = broker.port if error == ErrorCode.none else -1
+    host, port = broker.advertised_endpoint(request) if error == ErrorCode.none else ("", -1)
     if request.api_version >= 4:
         coordinator_cls = sibling(cls, "Coordinator")
         coordinators = tuple(

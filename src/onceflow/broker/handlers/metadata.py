@@ -23,14 +23,9 @@ log = logging.getLogger(__name__)
 LEADER_EPOCH = 0  # a single node is leader of everything forever
 
 
-def broker_entity(broker: Broker, cls: type) -> Any:
-    return build(
-        cls,
-        node_id=broker.config.node_id,
-        host=broker.config.advertised,
-        port=broker.port,
-        rack=None,
-    )
+def broker_entity(broker: Broker, cls: type, request: Request) -> Any:
+    host, port = broker.advertised_endpoint(request)  # the listener the client connected to
+    return build(cls, node_id=broker.config.node_id, host=host, port=port, rack=None)
 
 
 async def auto_create(broker: Broker, names: list[str]) -> dict[str, Topic]:
@@ -79,7 +74,7 @@ def handle_metadata(broker: Broker, request: Request) -> Any:
             # Creating makes files: answered once they are made, off the event loop.
             return _after_auto_create(broker, request, list(dict.fromkeys(missing)))
         topics = _describe_wanted(broker, requested, describe, failed, {})
-    return _metadata_response(broker, cls, topics)
+    return _metadata_response(broker, request, cls, topics)
 
 
 async def _after_auto_create(broker: Broker, request: Request, missing: list[str]) -> Any:
@@ -87,7 +82,10 @@ async def _after_auto_create(broker: Broker, request: Request, missing: list[str
     cls = response_type(3, request.api_version)
     describe, failed = _describers(broker, cls)
     return _metadata_response(
-        broker, cls, _describe_wanted(broker, request.body.topics, describe, failed, created)
+        broker,
+        request,
+        cls,
+        _describe_wanted(broker, request.body.topics, describe, failed, created),
     )
 
 
@@ -166,12 +164,12 @@ def _describe_wanted(
     return tuple(out)
 
 
-def _metadata_response(broker: Broker, cls: type, topics: tuple[Any, ...]) -> Any:
+def _metadata_response(broker: Broker, request: Request, cls: type, topics: tuple[Any, ...]) -> Any:
     node = broker.config.node_id
     return build(
         cls,
         throttle_time=datetime.timedelta(0),
-        brokers=(broker_entity(broker, sibling(cls, "MetadataResponseBroker")),),
+        brokers=(broker_entity(broker, sibling(cls, "MetadataResponseBroker"), request),),
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=topics,

@@ -1,0 +1,145 @@
+"""DescribeUserScramCredentials (50) and AlterUserScramCredentials (51): the protocol edge of
+the SCRAM credential store (onceflow.security.credential_changes decides, credentials.py
+stores). An alteration is answered once it is on disk."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.broker.dispatch import api
+from onceflow.protocol.entities import build, sibling
+from onceflow.protocol.messages import response_type
+from onceflow.security.credential_changes import (
+    Deletion,
+    Upsertion,
+    UserResult,
+    describe,
+    plan_alteration,
+)
+from onceflow.security.credentials import CredentialStoreError
+
+if TYPE_CHECKING:
+    from onceflow.broker.server import Broker
+    from onceflow.protocol.messages import Request
+    from onceflow.security.session import Session
+
+log = logging.getLogger(__name__)
+
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+def may_manage_credentials(session: Session | None) -> bool:
+    """Until ACLs exist, every connection past authentication may (anyone on PLAINTEXT or SSL,
+    any authenticated SASL user). With an authorizer this becomes Kafka's rule: Describe or
+    Alter on the Cluster resource, or a super user."""
+    return session is None or session.authenticated
+
+
+@api(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
+def handle_describe_user_scram_credentials(broker: Broker, request: Request) -> Any:
+    cls = response_type(DESCRIBE_USER_SCRAM_CREDENTIALS, request.api_version)
+    result_cls = sibling(cls, "DescribeUserScramCredentialsResult")
+    info_cls = sibling(cls, "CredentialInfo")
+    if not may_manage_credentials(request.session):
+        return build(
+            cls,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=None,
+            results=(),
+        )
+    users = None if request.body.users is None else [u.name for u in request.body.users]
+    results = describe(broker.security.credentials, users)
+    return build(
+        cls,
+        throttle_time=_NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        results=tuple(
+            build(
+                result_cls,
+                user=r.user,
+                error_code=r.error_code,
+                error_message=r.error_message,
+                credential_infos=tuple(
+                    build(info_cls, mechanism=m, iterations=i) for m, i in r.credentials
+                ),
+            )
+            for r in results
+        ),
+    )
+
+
+@api(ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
+def handle_alter_user_scram_credentials(broker: Broker, request: Request) -> Any:
+    return _alter(broker, request)
+
+
+async def _alter(broker: Broker, request: Request) -> Any:
+    body = request.body
+    users = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
+    if not may_manage_credentials(request.session):
+        results = [
+            UserResult(user, ErrorCode.cluster_authorization_failed)
+            for user in dict.fromkeys(users)
+        ]
+        return _alter_response(request, results)
+    security = broker.security
+    # One alteration at a time: each plans against what the previous one stored.
+    async with security.credentials_lock:
+        store = security.credentials
+        plan = plan_alteration(
+            store,
+            [Deletion(d.name, d.mechanism) for d in body.deletions],
+            [
+                Upsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password)
+                for u in body.upsertions
+            ],
+        )
+        if plan.upsertions or plan.deletions:
+            table = store.changed(plan.upsertions, plan.deletions)
+            try:
+                await asyncio.to_thread(store.write, table)
+            except CredentialStoreError as e:
+                log.error("%s", e)
+                failed = {user for user, _ in [*plan.upsertions, *plan.deletions]}
+                plan.results = [
+                    UserResult(r.user, ErrorCode.kafka_storage_error, str(e))
+                    if r.user in failed
+                    else r
+                    for r in plan.results
+                ]
+            else:
+                store.install(table)
+                log.info(
+                    "SCRAM credentials altered by %s: %s",
+                    request.session.principal if request.session else "?",
+                    ", ".join(f"{op} {user} {mechanism}" for op, user, mechanism in _changes(plan)),
+                )
+    return _alter_response(request, plan.results)
+
+
+def _changes(plan: Any) -> list[tuple[str, str, str]]:
+    return [("set", u, m) for u, m in plan.upsertions] + [
+        ("deleted", u, m) for u, m in plan.deletions
+    ]
+
+
+def _alter_response(request: Request, results: list[UserResult]) -> Any:
+    cls = response_type(ALTER_USER_SCRAM_CREDENTIALS, request.api_version)
+    result_cls = sibling(cls, "AlterUserScramCredentialsResult")
+    return build(
+        cls,
+        throttle_time=_NO_THROTTLE,
+        results=tuple(
+            build(result_cls, user=r.user, error_code=r.error_code, error_message=r.error_message)
+            for r in results
+        ),
+    )

@@ -1,0 +1,1 @@
+"""Security as Kafka configures it: listeners, TLS, SASL (PLAIN, SCRAM) and SCRAM credentials."""

@@ -1,0 +1,128 @@
+"""The SCRAM credential store: salt, iterations, stored and server keys per user and mechanism,
+durable in the data directory (`scram-credentials.json`, replaced atomically and fsynced, so a
+kill -9 leaves the old file or the new one). Never a password.
+
+The file is small and read whole at start; a change builds the new table, writes it (off the
+event loop in the broker), and only then serves it, so what a client was told is on disk.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from onceflow.security.scram import MECHANISMS, ScramCredential, ScramMechanism
+
+CREDENTIALS_FILE = "scram-credentials.json"
+_TMP = CREDENTIALS_FILE + ".tmp"
+FORMAT_VERSION = 1
+
+# user -> mechanism name -> credential
+Table = dict[str, dict[str, ScramCredential]]
+
+
+class CredentialStoreError(Exception):
+    """The credential file cannot be read or written; one line for the operator."""
+
+
+class CredentialStore:
+    def __init__(self, data_dir: Path, table: Table) -> None:
+        self.data_dir = data_dir
+        self._table = table
+
+    @classmethod
+    def open(cls, data_dir: Path) -> CredentialStore:
+        path = data_dir / CREDENTIALS_FILE
+        try:
+            raw = json.loads(path.read_text()) if path.exists() else {}
+        except (OSError, ValueError) as e:
+            raise CredentialStoreError(f"cannot read {path}: {e}") from None
+        try:
+            table = {
+                user: {name: _decode(cred) for name, cred in by_mechanism.items()}
+                for user, by_mechanism in raw.get("users", {}).items()
+            }
+        except (KeyError, TypeError, ValueError) as e:
+            raise CredentialStoreError(f"{path} is damaged: {e!r}") from None
+        return cls(data_dir, table)
+
+    def get(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        return self._table.get(user, {}).get(mechanism.name)
+
+    def credentials_of(self, user: str) -> dict[str, ScramCredential]:
+        return dict(self._table.get(user, {}))
+
+    def users(self) -> list[str]:
+        return sorted(self._table)
+
+    def changed(
+        self,
+        upsertions: Mapping[tuple[str, str], ScramCredential],
+        deletions: list[tuple[str, str]],
+    ) -> Table:
+        """The table after these changes ((user, mechanism name) keys); not yet stored."""
+        table = {user: dict(by_mechanism) for user, by_mechanism in self._table.items()}
+        for user, mechanism in deletions:
+            table.get(user, {}).pop(mechanism, None)
+            if user in table and not table[user]:
+                del table[user]
+        for (user, mechanism), credential in upsertions.items():
+            table.setdefault(user, {})[mechanism] = credential
+        return table
+
+    def write(self, table: Table) -> None:
+        """Store `table` durably (blocking: a worker thread in the broker)."""
+        payload = {
+            "version": FORMAT_VERSION,
+            "users": {
+                user: {name: _encode(cred) for name, cred in sorted(by_mechanism.items())}
+                for user, by_mechanism in sorted(table.items())
+            },
+        }
+        tmp = self.data_dir / _TMP
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(payload, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.data_dir / CREDENTIALS_FILE)
+            dir_fd = os.open(self.data_dir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as e:
+            raise CredentialStoreError(
+                f"cannot write {self.data_dir / CREDENTIALS_FILE}: {e.strerror or e}"
+            ) from e
+
+    def install(self, table: Table) -> None:
+        """Serve `table` (once written)."""
+        self._table = table
+
+
+def _encode(credential: ScramCredential) -> dict[str, Any]:
+    return {
+        "salt": base64.b64encode(credential.salt).decode(),
+        "stored_key": base64.b64encode(credential.stored_key).decode(),
+        "server_key": base64.b64encode(credential.server_key).decode(),
+        "iterations": credential.iterations,
+    }
+
+
+def _decode(raw: dict[str, Any]) -> ScramCredential:
+    return ScramCredential(
+        salt=base64.b64decode(raw["salt"]),
+        stored_key=base64.b64decode(raw["stored_key"]),
+        server_key=base64.b64decode(raw["server_key"]),
+        iterations=int(raw["iterations"]),
+    )
+
+
+def known_mechanism(name: str) -> ScramMechanism | None:
+    return MECHANISMS.get(name.upper())
