@@ -90,30 +90,14 @@ def build_batch(
         body = bytearray(b"\x00" if attributes == 0 else bytes((attributes,)))
         body += encode_varlong(ts - base_ts)
         body += encode_varint(delta)
-        if key is None:
-            body += _NULL
-        elif isinstance(key, _BYTES_LIKE):
-            body += encode_varint(len(key))
-            body += key
-        else:
-            raise TypeError(f"record key must be bytes or None, not {type(key).__name__}")
-        if value is None:
-            body += _NULL
-        elif isinstance(value, _BYTES_LIKE):
-            body += encode_varint(len(value))
-            body += value
-        else:
-            raise TypeError(f"record value must be bytes or None, not {type(value).__name__}")
+        _encode_nullable_bytes(body, key, "key")
+        _encode_nullable_bytes(body, value, "value")
         body += encode_varint(len(headers))
         for h_key, h_value in headers:
             raw_key = h_key.encode("utf-8", "surrogateescape")
             body += encode_varint(len(raw_key))
             body += raw_key
-            if h_value is None:
-                body += _NULL
-            else:
-                body += encode_varint(len(h_value))
-                body += h_value
+            _encode_nullable_bytes(body, h_value, "header value")
         add(encode_varint(len(body)))
         add(body)
         count += 1
@@ -156,3 +140,14 @@ def build_batch(
     out[HEADER_SIZE:] = section
     _CRC.pack_into(out, CRC_START - 4, crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
+
+
+def _encode_nullable_bytes(body: bytearray, data: object, field: str) -> None:
+    """A record's key, value or header value: its varint length (-1 for null), then its bytes."""
+    if data is None:
+        body += _NULL
+    elif isinstance(data, _BYTES_LIKE):
+        body += encode_varint(len(data))
+        body += data
+    else:
+        raise TypeError(f"record {field} must be bytes or None, not {type(data).__name__}")
