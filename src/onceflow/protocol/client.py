@@ -211,10 +211,11 @@ class BrokerConnection:
     @classmethod
     def connect(cls, host: str, port: int, **settings: Any) -> BrokerConnection:
         """Open the socket and negotiate API versions (`settings`: the constructor's)."""
-        return cls(host, port, **settings).open()
+        connection = cls(host, port, **settings)
+        connection.open()
+        return connection
 
-    def open(self) -> BrokerConnection:
-        """Connect and negotiate API versions; the connection itself, for chaining."""
+    def open(self) -> None:
         try:
             self._socket = socket.create_connection(
                 (self.host, self.port), timeout=self.connect_timeout_s
@@ -233,7 +234,6 @@ class BrokerConnection:
         except KafkaClientError:
             self.close()
             raise
-        return self
 
     def close(self) -> None:
         if self._socket is not None:
