@@ -35,10 +35,19 @@ TRANSACTIONAL_FLAG = 0x10
 CONTROL_FLAG = 0x20
 DELETE_HORIZON_FLAG = 0x40
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_BASE_OFFSET = struct.Struct(">q")
-_LENGTH = struct.Struct(">i")
+# The whole header, in BatchHeader's field order (the builder and the cleaner pack it).
+HEADER_LAYOUT = struct.Struct(">qiibIhiqqqhii")
+_INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_UINT32 = struct.Struct(">I")
+# Where the fields the broker patches in place start (see the layout above).
+_LENGTH_AT = 8
+_PARTITION_LEADER_EPOCH_AT = 12
+_CRC_AT = 17
+_ATTRIBUTES_AT = 21
+_LAST_OFFSET_DELTA_AT = 23
+_MAX_TIMESTAMP_AT = 35
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +117,7 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
                 f"message format v{buf[pos + MAGIC_OFFSET]} is not supported"
             )
         raise CorruptRecordError("truncated record batch header")
-    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+    return BatchHeader(*HEADER_LAYOUT.unpack_from(buf, pos))
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
@@ -146,17 +155,39 @@ def iter_batches(
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
     """Rewrite a batch's base offset in place (outside the CRC, so the CRC stays valid)."""
-    _BASE_OFFSET.pack_into(buf, pos, base_offset)
+    _INT64.pack_into(buf, pos, base_offset)
 
 
 def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     """Rewrite a batch's partition leader epoch in place (also outside the CRC)."""
-    _INT32.pack_into(buf, pos + 12, epoch)
+    _INT32.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_AT, epoch)
+
+
+# The fields below are inside the CRC: `set_crc` once they are all written.
+
+
+def set_attributes(buf: bytearray | memoryview, pos: int, attributes: int) -> None:
+    _INT16.pack_into(buf, pos + _ATTRIBUTES_AT, attributes)
+
+
+def set_last_offset_delta(buf: bytearray | memoryview, pos: int, delta: int) -> None:
+    _INT32.pack_into(buf, pos + _LAST_OFFSET_DELTA_AT, delta)
+
+
+def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
+    _INT64.pack_into(buf, pos + _MAX_TIMESTAMP_AT, timestamp)
+
+
+def set_crc(buf: bytearray | memoryview, pos: int, size: int) -> int:
+    """Compute the CRC of the batch of `size` bytes at `pos` and store it; returns it."""
+    crc = compute_crc(buf, pos, size)
+    _UINT32.pack_into(buf, pos + _CRC_AT, crc)
+    return crc
 
 
 def batch_size_at(buf: bytes | bytearray | memoryview, pos: int) -> int:
     """Total size of the batch at `pos` as its length field claims (unvalidated)."""
-    return LOG_OVERHEAD + _LENGTH.unpack_from(buf, pos + 8)[0]
+    return LOG_OVERHEAD + _INT32.unpack_from(buf, pos + _LENGTH_AT)[0]
 
 
 def check_batch(
@@ -178,7 +209,7 @@ def check_batch(
         if magic in (0, 1):
             raise UnsupportedMagicError(f"message format v{magic} is not supported")
         raise CorruptRecordError(f"unknown magic byte {magic}")
-    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    header = BatchHeader(*HEADER_LAYOUT.unpack_from(buf, pos))
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptRecordError(f"batch length {header.batch_length} is below the minimum")
     if header.size > len(buf) - pos:

@@ -14,12 +14,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
-from crc32c import crc32c
-
 from onceflow.records.batch import (
     CONTROL_FLAG,
-    CRC_START,
     CURRENT_MAGIC,
+    HEADER_LAYOUT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
@@ -29,6 +27,7 @@ from onceflow.records.batch import (
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
+    set_crc,
 )
 from onceflow.records.compression import CompressionType, compress, compression_type
 from onceflow.records.record import Header, Record
@@ -37,8 +36,6 @@ from onceflow.records.varint import encode_varint, encode_varlong
 RecordInput = Record | tuple[bytes | None, bytes | None, Sequence[Header], int]
 """A `Record`, or a (key, value, headers, timestamp_ms) tuple whose offset delta is its index."""
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_CRC = struct.Struct(">I")
 _NULL = b"\x01"  # varint -1
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
@@ -118,7 +115,7 @@ def build_batch(
         attributes |= CONTROL_FLAG
     out = bytearray(HEADER_SIZE + len(section))
     try:
-        _HEADER.pack_into(
+        HEADER_LAYOUT.pack_into(
             out,
             0,
             base_offset,
@@ -138,7 +135,7 @@ def build_batch(
     except struct.error as exc:
         raise ValueError(f"a batch header field is out of range: {exc}") from None
     out[HEADER_SIZE:] = section
-    _CRC.pack_into(out, CRC_START - 4, crc32c(memoryview(out)[CRC_START:]))
+    set_crc(out, 0, len(out))
     return bytes(out)
 
 
