@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from crc32c import crc32c
 
@@ -36,18 +36,8 @@ CONTROL_FLAG = 0x20
 DELETE_HORIZON_FLAG = 0x40
 
 # The whole header, in BatchHeader's field order (the builder and the cleaner pack it).
-HEADER_LAYOUT = struct.Struct(">qiibIhiqqqhii")
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_INT64 = struct.Struct(">q")
-_UINT32 = struct.Struct(">I")
-# Where the fields the broker patches in place start (see the layout above).
-_LENGTH_AT = 8
-_PARTITION_LEADER_EPOCH_AT = 12
-_CRC_AT = 17
-_ATTRIBUTES_AT = 21
-_LAST_OFFSET_DELTA_AT = 23
-_MAX_TIMESTAMP_AT = 35
+_HEADER_FORMAT = ">qiibIhiqqqhii"
+HEADER_LAYOUT = struct.Struct(_HEADER_FORMAT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +99,32 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
+class _HeaderField:
+    """One field of the header, located from HEADER_LAYOUT, for reading or patching it in place."""
+
+    def __init__(self, name: str) -> None:
+        index = [f.name for f in fields(BatchHeader)].index(name)
+        codes = _HEADER_FORMAT[1:]
+        self.at = struct.calcsize(">" + codes[:index])
+        self.layout = struct.Struct(">" + codes[index])
+
+    def read(self, buf: bytes | bytearray | memoryview, pos: int) -> int:
+        value: int = self.layout.unpack_from(buf, pos + self.at)[0]
+        return value
+
+    def write(self, buf: bytearray | memoryview, pos: int, value: int) -> None:
+        self.layout.pack_into(buf, pos + self.at, value)
+
+
+_BASE_OFFSET = _HeaderField("base_offset")
+_BATCH_LENGTH = _HeaderField("batch_length")
+_PARTITION_LEADER_EPOCH = _HeaderField("partition_leader_epoch")
+_CRC = _HeaderField("crc")
+_ATTRIBUTES = _HeaderField("attributes")
+_LAST_OFFSET_DELTA = _HeaderField("last_offset_delta")
+_MAX_TIMESTAMP = _HeaderField("max_timestamp")
+
+
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at `pos`; raises CorruptRecordError if it is not all there."""
     if len(buf) - pos < HEADER_SIZE:
@@ -155,39 +171,39 @@ def iter_batches(
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
     """Rewrite a batch's base offset in place (outside the CRC, so the CRC stays valid)."""
-    _INT64.pack_into(buf, pos, base_offset)
+    _BASE_OFFSET.write(buf, pos, base_offset)
 
 
 def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     """Rewrite a batch's partition leader epoch in place (also outside the CRC)."""
-    _INT32.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_AT, epoch)
+    _PARTITION_LEADER_EPOCH.write(buf, pos, epoch)
 
 
 # The fields below are inside the CRC: `set_crc` once they are all written.
 
 
 def set_attributes(buf: bytearray | memoryview, pos: int, attributes: int) -> None:
-    _INT16.pack_into(buf, pos + _ATTRIBUTES_AT, attributes)
+    _ATTRIBUTES.write(buf, pos, attributes)
 
 
 def set_last_offset_delta(buf: bytearray | memoryview, pos: int, delta: int) -> None:
-    _INT32.pack_into(buf, pos + _LAST_OFFSET_DELTA_AT, delta)
+    _LAST_OFFSET_DELTA.write(buf, pos, delta)
 
 
 def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
-    _INT64.pack_into(buf, pos + _MAX_TIMESTAMP_AT, timestamp)
+    _MAX_TIMESTAMP.write(buf, pos, timestamp)
 
 
 def set_crc(buf: bytearray | memoryview, pos: int, size: int) -> int:
     """Compute the CRC of the batch of `size` bytes at `pos` and store it; returns it."""
     crc = compute_crc(buf, pos, size)
-    _UINT32.pack_into(buf, pos + _CRC_AT, crc)
+    _CRC.write(buf, pos, crc)
     return crc
 
 
 def batch_size_at(buf: bytes | bytearray | memoryview, pos: int) -> int:
     """Total size of the batch at `pos` as its length field claims (unvalidated)."""
-    return LOG_OVERHEAD + _INT32.unpack_from(buf, pos + _LENGTH_AT)[0]
+    return LOG_OVERHEAD + _BATCH_LENGTH.read(buf, pos)
 
 
 def check_batch(
