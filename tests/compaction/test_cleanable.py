@@ -3,7 +3,13 @@ and Cleaner.groupSegmentsBySize."""
 
 from __future__ import annotations
 
-from onceflow.compaction import SegmentInfo, group_segments_by_size, log_to_clean, should_clean
+from onceflow.compaction import (
+    CompactedLog,
+    SegmentInfo,
+    group_segments_by_size,
+    log_to_clean,
+    should_clean,
+)
 from onceflow.compaction.cleanable import cleanable_offsets
 
 NOW = 1_000_000
@@ -17,15 +23,10 @@ LOG = [seg(0), seg(10), seg(20), seg(30)]  # 30 is the active segment
 
 
 def plan(segments=LOG, *, checkpoint=None, lso=40, end=40, **kw):  # type: ignore[no-untyped-def]
-    return log_to_clean(
-        segments,
-        log_start_offset=0,
-        log_end_offset=end,
-        last_clean_offset=checkpoint,
-        last_stable_offset=lso,
-        now_ms=NOW,
-        **kw,
+    log = CompactedLog(
+        segments, log_start_offset=0, log_end_offset=end, last_stable_offset=lso, **kw
     )
+    return log_to_clean(log, checkpoint, NOW)
 
 
 def test_never_the_active_segment() -> None:
@@ -72,14 +73,8 @@ def test_nothing_dirty_is_not_cleaned_even_when_overdue() -> None:
 
 
 def test_an_invalid_checkpoint_is_reset_to_the_log_start() -> None:
-    offsets = cleanable_offsets(
-        LOG,
-        log_start_offset=5,
-        log_end_offset=40,
-        last_clean_offset=99,
-        last_stable_offset=40,
-        now_ms=NOW,
-    )
+    log = CompactedLog(LOG, log_start_offset=5, log_end_offset=40, last_stable_offset=40)
+    offsets = cleanable_offsets(log, 99, NOW)
     assert (offsets.first_dirty_offset, offsets.force_update_checkpoint) == (5, True)
 
 

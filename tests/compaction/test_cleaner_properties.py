@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onceflow.compaction import (
+    CompactedLog,
     OffsetMap,
     SegmentInfo,
     clean_segments,
@@ -78,14 +79,8 @@ def first_uncleanable(h: History, segments) -> int:  # type: ignore[no-untyped-d
     open_firsts = [offsets[0] for offsets in h.open_txns.values() if offsets]
     end = parse_header(all_batches(segments)[-1]).next_offset
     lso = min([*open_firsts, end])
-    candidate, _ = log_to_clean(
-        infos,
-        log_start_offset=0,
-        log_end_offset=end,
-        last_clean_offset=None,
-        last_stable_offset=lso,
-        now_ms=0,
-    )
+    log = CompactedLog(infos, log_start_offset=0, log_end_offset=end, last_stable_offset=lso)
+    candidate, _ = log_to_clean(log, None, 0)
     return candidate.first_uncleanable_offset
 
 

@@ -31,6 +31,7 @@ from onceflow.broker.faults import crash_point, delay_point
 from onceflow.compaction import (
     CleanerStats,
     CleanRound,
+    CompactedLog,
     OffsetMap,
     SegmentInfo,
     build_offset_map,
@@ -154,16 +155,15 @@ class LogCleaner:
     def _plan(self, partition: Partition, config: LogConfig, now: int) -> LogToClean:
         plog = partition.log
         key = (partition.topic, partition.index)
-        candidate, offsets = log_to_clean(
+        log = CompactedLog(
             [_info(s) for s in plog.segments],
             log_start_offset=plog.log_start_offset,
             log_end_offset=plog.log_end_offset,
-            last_clean_offset=self.checkpoints.get(key),
             last_stable_offset=partition.last_stable_offset,
-            now_ms=now,
             min_compaction_lag_ms=config.min_compaction_lag_ms,
             max_compaction_lag_ms=config.max_compaction_lag_ms,
         )
+        candidate, offsets = log_to_clean(log, self.checkpoints.get(key), now)
         if offsets.force_update_checkpoint:
             self.checkpoints[key] = offsets.first_dirty_offset
         return candidate

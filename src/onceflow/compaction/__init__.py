@@ -2,9 +2,10 @@
 
 Contract of a cleaning round (Kafka's LogCleaner, 3.x semantics):
 
-1. Plan (`cleanable.py`): from `SegmentInfo`s of every segment (the last one active), the
-   cleaner checkpoint, the last stable offset and `now_ms`, `log_to_clean` gives the dirty
-   range [first dirty offset, first uncleanable offset) (never the active segment, never at or
+1. Plan (`cleanable.py`): from a `CompactedLog` (`SegmentInfo`s of every segment, the last one
+   active, the log's offsets, the last stable offset, the lag settings), the cleaner checkpoint
+   and `now_ms`, `log_to_clean` gives the dirty range [first dirty offset, first uncleanable
+   offset) (never the active segment, never at or
    past the last stable offset, never a segment within `min.compaction.lag.ms`, rounded down to
    a segment boundary) and the dirty ratio; `should_clean` applies
    `min.cleanable.dirty.ratio` and `max.compaction.lag.ms`.
@@ -34,6 +35,7 @@ file, scheduling and throttling (the broker's cleaner task).
 """
 
 from onceflow.compaction.cleanable import (
+    CompactedLog,
     LogToClean,
     OffsetsToClean,
     SegmentInfo,
@@ -68,6 +70,7 @@ __all__ = [
     "CleanedTransactions",
     "CleanerError",
     "CleanerStats",
+    "CompactedLog",
     "LastRecord",
     "LogToClean",
     "OffsetMap",

@@ -43,6 +43,19 @@ class SegmentInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class CompactedLog:
+    """What planning reads of one compacted log (Kafka's planner reads the UnifiedLog itself):
+    every segment in offset order, the last one active, its offsets and its lag settings."""
+
+    segments: Sequence[SegmentInfo]
+    log_start_offset: int
+    log_end_offset: int
+    last_stable_offset: int
+    min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = DEFAULT_MAX_COMPACTION_LAG_MS  # max.compaction.lag.ms
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetsToClean:
     first_dirty_offset: int  # inclusive
     first_uncleanable_offset: int  # exclusive
@@ -98,29 +111,23 @@ def non_active_segments_from(segments: Sequence[SegmentInfo], offset: int) -> li
 
 
 def cleanable_offsets(
-    segments: Sequence[SegmentInfo],
-    *,
-    log_start_offset: int,
-    log_end_offset: int,
-    last_clean_offset: int | None,
-    last_stable_offset: int,
-    now_ms: int,
-    min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS,
+    log: CompactedLog, last_clean_offset: int | None, now_ms: int
 ) -> OffsetsToClean:
     """The dirty range [first dirty, first uncleanable) a round may clean.
 
     `last_clean_offset` is the cleaner checkpoint (None before the first round); one below the
     log start or past the log end is reset to the log start (force_update_checkpoint).
     """
+    segments, log_start_offset = log.segments, log.log_start_offset
     if not segments:
         raise ValueError("a log has at least its active segment")
     checkpoint = log_start_offset if last_clean_offset is None else last_clean_offset
     force = False
-    if checkpoint < log_start_offset or checkpoint > log_end_offset:
+    if checkpoint < log_start_offset or checkpoint > log.log_end_offset:
         checkpoint, force = log_start_offset, True
     first_dirty = checkpoint
-    limits = [last_stable_offset, segments[-1].base_offset]
-    lag = max(min_compaction_lag_ms, 0)
+    limits = [log.last_stable_offset, segments[-1].base_offset]
+    lag = max(log.min_compaction_lag_ms, 0)
     if lag > 0:
         for segment in non_active_segments_from(segments, first_dirty):
             if segment.largest_timestamp > now_ms - lag:
@@ -161,28 +168,13 @@ def max_compaction_delay(
 
 
 def log_to_clean(
-    segments: Sequence[SegmentInfo],
-    *,
-    log_start_offset: int,
-    log_end_offset: int,
-    last_clean_offset: int | None,
-    last_stable_offset: int,
-    now_ms: int,
-    min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS,
-    max_compaction_lag_ms: int = DEFAULT_MAX_COMPACTION_LAG_MS,
+    log: CompactedLog, last_clean_offset: int | None, now_ms: int
 ) -> tuple[LogToClean, OffsetsToClean]:
     """The log's LogToClean (figures for choosing it), and the offsets it was computed from."""
-    offsets = cleanable_offsets(
-        segments,
-        log_start_offset=log_start_offset,
-        log_end_offset=log_end_offset,
-        last_clean_offset=last_clean_offset,
-        last_stable_offset=last_stable_offset,
-        now_ms=now_ms,
-        min_compaction_lag_ms=min_compaction_lag_ms,
-    )
+    segments = log.segments
+    offsets = cleanable_offsets(log, last_clean_offset, now_ms)
     delay = max_compaction_delay(
-        segments, offsets.first_dirty_offset, now_ms, max_compaction_lag_ms
+        segments, offsets.first_dirty_offset, now_ms, log.max_compaction_lag_ms
     )
     first_uncleanable, cleanable = calculate_cleanable_bytes(
         segments, offsets.first_dirty_offset, offsets.first_uncleanable_offset

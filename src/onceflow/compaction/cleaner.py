@@ -24,12 +24,9 @@ upper bound (the log's end offset), as Kafka's BatchRetention.RETAIN_EMPTY.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-
-from crc32c import crc32c
 
 from onceflow.compaction.cleanable import (
     DEFAULT_DELETE_RETENTION_MS,
@@ -42,9 +39,9 @@ from onceflow.compaction.producers import LastRecord, is_last_batch_of_producer
 from onceflow.compaction.transactions import AbortedTransaction, CleanedTransactions
 from onceflow.records.batch import (
     CONTROL_FLAG,
-    CRC_START,
     CURRENT_MAGIC,
     DELETE_HORIZON_FLAG,
+    HEADER_LAYOUT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
@@ -52,6 +49,10 @@ from onceflow.records.batch import (
     TRANSACTIONAL_FLAG,
     BatchHeader,
     check_batch,
+    parse_header,
+    set_attributes,
+    set_crc,
+    set_last_offset_delta,
 )
 from onceflow.records.builder import build_batch
 from onceflow.records.control import parse_control_type
@@ -59,12 +60,6 @@ from onceflow.records.record import Record, decode_batch
 
 Buffer = bytes | bytearray | memoryview
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_ATTRIBUTES = struct.Struct(">h")
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_CRC = struct.Struct(">I")
-_ATTRIBUTES_AT = 21
-_LAST_OFFSET_DELTA_AT = 23
 _INT32_MAX = (1 << 31) - 1
 DEFAULT_SEGMENT_BYTES = 1 << 30  # segment.bytes
 
@@ -321,11 +316,10 @@ def rebuild_batch(header: BatchHeader, records: list[Record], delete_horizon: in
             max_timestamp=header.max_timestamp if log_append_time else None,
         )
     )
-    _LAST_OFFSET_DELTA.pack_into(out, _LAST_OFFSET_DELTA_AT, header.last_offset_delta)
+    set_last_offset_delta(out, 0, header.last_offset_delta)
     if delete_horizon is not None:
-        attributes = _ATTRIBUTES.unpack_from(out, _ATTRIBUTES_AT)[0] | DELETE_HORIZON_FLAG
-        _ATTRIBUTES.pack_into(out, _ATTRIBUTES_AT, attributes)
-    _CRC.pack_into(out, CRC_START - 4, crc32c(memoryview(out)[CRC_START:]))
+        set_attributes(out, 0, parse_header(out).attributes | DELETE_HORIZON_FLAG)
+    set_crc(out, 0, len(out))
     return bytes(out)
 
 
@@ -334,7 +328,7 @@ def empty_batch(header: BatchHeader) -> bytes:
     no base timestamp, the original max timestamp, offsets and producer fields."""
     attributes = header.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG)
     out = bytearray(HEADER_SIZE)
-    _HEADER.pack_into(
+    HEADER_LAYOUT.pack_into(
         out,
         0,
         header.base_offset,
@@ -351,7 +345,7 @@ def empty_batch(header: BatchHeader) -> bytes:
         header.base_sequence,
         0,
     )
-    _CRC.pack_into(out, CRC_START - 4, crc32c(memoryview(out)[CRC_START:]))
+    set_crc(out, 0, len(out))
     return bytes(out)
 
 

@@ -7,16 +7,20 @@ rewritten from scratch when a rebuild is needed. Not preallocated, so no trimmin
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import Self
 
 from onceflow.log.file_handles import FileHandle, file_handles
 from onceflow.log.full_disk import check_space
 
 
 class IndexFile:
-    """Entries of one `struct` layout in one file; subclasses give them meaning."""
+    """Two-field entries of one `struct` layout in one file, sorted by their first field (the
+    key a lookup searches; the second is what it finds); subclasses give them meaning."""
 
     ENTRY: struct.Struct
 
@@ -26,6 +30,45 @@ class IndexFile:
         self.max_entries = max_index_bytes // self.ENTRY.size
         self._file: FileHandle | None = None  # opened on demand through the broker's cache
         self._entries = 0
+        self._keys: list[int] = []
+        self._values: list[int] = []
+
+    @classmethod
+    def _load_checked(
+        cls,
+        path: Path,
+        base_offset: int,
+        max_index_bytes: int,
+        sane: Callable[[list[tuple[int, ...]]], bool],
+    ) -> Self | None:
+        """The index stored at `path`, or None when it is missing or its entries are not `sane`."""
+        index = cls(path, base_offset, max_index_bytes)
+        raw = index.read_raw_entries()
+        if raw is None or not sane(raw):
+            return None
+        index._keys = [k for k, _ in raw]
+        index._values = [v for _, v in raw]
+        index._entries = len(raw)
+        return index
+
+    def _append_entry(self, key: int, value: int) -> None:
+        self._write_entry(key, value)
+        self._keys.append(key)
+        self._values.append(value)
+
+    def _replace_entries(self, entries: list[tuple[int, int]]) -> None:
+        """Rewrite the whole index (a rebuild)."""
+        self._keys = [k for k, _ in entries]
+        self._values = [v for _, v in entries]
+        self._write_all(entries)
+
+    def _floor(self, key: int) -> int | None:
+        """The value of the last entry whose key is <= `key`, None when there is none."""
+        i = bisect.bisect_right(self._keys, key)
+        return self._values[i - 1] if i else None
+
+    def _last(self) -> tuple[int, int] | None:
+        return (self._keys[-1], self._values[-1]) if self._keys else None
 
     @property
     def entries(self) -> int:

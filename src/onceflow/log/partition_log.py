@@ -15,7 +15,6 @@ import bisect
 import logging
 import os
 import shutil
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,16 +41,14 @@ from onceflow.log.swap import Crash, no_crash, swap_in
 from onceflow.records.batch import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
-    compute_crc,
+    set_attributes,
     set_base_offset,
+    set_crc,
+    set_max_timestamp,
     set_partition_leader_epoch,
 )
 
 logger = logging.getLogger(__name__)
-
-_ATTRIBUTES = struct.Struct(">h")  # at byte 21, inside the CRC
-_MAX_TIMESTAMP = struct.Struct(">q")  # at byte 35, inside the CRC
-_CRC = struct.Struct(">I")  # at byte 17
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,10 +235,9 @@ class PartitionLog:
             set_partition_leader_epoch(buf, position, leader_epoch)
             if log_append_time:
                 attributes = header.attributes | TIMESTAMP_TYPE_MASK
-                _ATTRIBUTES.pack_into(buf, position + 21, attributes)
-                _MAX_TIMESTAMP.pack_into(buf, position + 35, now)
-                crc = compute_crc(buf, position, header.size)
-                _CRC.pack_into(buf, position + 17, crc)
+                set_attributes(buf, position, attributes)
+                set_max_timestamp(buf, position, now)
+                crc = set_crc(buf, position, header.size)
                 header = replace(header, attributes=attributes, max_timestamp=now, crc=crc)
             assigned.append(
                 (

@@ -56,6 +56,12 @@ def read_uvarint(buf: bytes, pos: int, end: int | None = None) -> tuple[int, int
     raise MalformedRequestError("unsigned varint longer than five bytes")
 
 
+def skip_tagged_fields(buf: bytes, pos: int) -> int:
+    """The position after the tagged fields at `pos` of a request or response header (none of
+    which onceflow reads); MalformedRequestError when they run past the end of `buf`."""
+    return _tagged_fields(buf, pos, len(buf), {})
+
+
 def check_lengths(cls: type, buf: bytes, pos: int) -> None:
     """Raise MalformedRequestError unless the body of kio type `cls` at `pos` fits in `buf`."""
     _entity(cls)(buf, pos, len(buf))

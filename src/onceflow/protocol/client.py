@@ -33,7 +33,9 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.primitive import i64
 
+from onceflow.protocol.bounds import skip_tagged_fields
 from onceflow.protocol.entities import build, sibling
+from onceflow.protocol.errors import ProtocolError
 
 API_VERSIONS = 18
 METADATA = 3
@@ -207,23 +209,9 @@ class BrokerConnection:
         return self._socket is not None
 
     @classmethod
-    def connect(
-        cls,
-        host: str,
-        port: int,
-        *,
-        client_id: str = CLIENT_SOFTWARE_NAME,
-        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-    ) -> BrokerConnection:
-        """Open the socket and negotiate API versions."""
-        connection = cls(
-            host,
-            port,
-            client_id=client_id,
-            connect_timeout_s=connect_timeout_s,
-            request_timeout_s=request_timeout_s,
-        )
+    def connect(cls, host: str, port: int, **settings: Any) -> BrokerConnection:
+        """Open the socket and negotiate API versions (`settings`: the constructor's)."""
+        connection = cls(host, port, **settings)
         connection.open()
         return connection
 
@@ -404,9 +392,17 @@ class BrokerConnection:
                     version = 0
             cls = response_class(api_key, version)
             if cls.__flexible__ and api_key != API_VERSIONS:
-                pos = _skip_tagged_fields(payload, pos)
+                pos = skip_tagged_fields(payload, pos)
             body, _ = entity_reader(cls)(payload, pos)
-        except (SerialError, ValueError, TypeError, KeyError, struct.error, IndexError) as e:
+        except (
+            SerialError,
+            ProtocolError,
+            ValueError,
+            TypeError,
+            KeyError,
+            struct.error,
+            IndexError,
+        ) as e:
             self.close()
             raise MalformedResponseError(
                 f"{self.address} sent a {_api_name(api_key)} v{version} response that does not "
@@ -432,28 +428,6 @@ def _frame(request: Any, correlation_id: int, client_id: str) -> bytes:
     out = buf.getbuffer()
     _SIZE.pack_into(out, 0, len(out) - 4)
     return bytes(out)
-
-
-def _skip_tagged_fields(buf: bytes, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-    if pos > len(buf):
-        raise ValueError("tagged fields run past the end of the response header")
-    return pos
-
-
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    for shift in range(0, 35, 7):
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-    raise ValueError("unsigned varint longer than five bytes")
 
 
 def _api_name(api_key: int) -> str:

@@ -16,7 +16,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
-from onceflow.protocol.bounds import check_lengths, read_uvarint
+from onceflow.protocol.bounds import check_lengths, skip_tagged_fields
 from onceflow.protocol.errors import (
     MalformedRequestError,
     UnknownApiKeyError,
@@ -59,17 +59,6 @@ def _response_writer(cls: type) -> Any:
     return entity_writer(cls)
 
 
-def _skip_tagged_fields(buf: bytes, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-    if pos > len(buf):
-        raise MalformedRequestError("tagged fields run past the end of the request header")
-    return pos
-
-
 def peek_header(frame: bytes) -> tuple[int, int, int]:
     """(api key, api version, correlation id) of a request frame, for error reporting."""
     if len(frame) < 8:
@@ -109,7 +98,7 @@ def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Reques
         client_id = frame[pos : pos + client_id_len].decode("utf-8", "replace")
         pos += client_id_len
     if flexible:
-        pos = _skip_tagged_fields(frame, pos)
+        pos = skip_tagged_fields(frame, pos)
     if api_key == API_VERSIONS_KEY and body_version != version:
         body = cls()
     else:

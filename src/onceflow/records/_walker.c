@@ -103,6 +103,57 @@ static inline int end_record(Walker *w) {
     return 0;
 }
 
+/* The four length-prefixed fields of a record: key, value, header key, header value. Each has
+ * a state that reads its length and one that skips its bytes. */
+typedef struct {
+    const char *name;
+    int nullable;
+    const char *null_note; /* why -1 is refused, where it is */
+    int bytes_state;
+} LengthField;
+
+static const LengthField LENGTH_FIELDS[S_DONE] = {
+    [S_KEY_LENGTH] = {"key", 1, "", S_KEY},
+    [S_VALUE_LENGTH] = {"value", 1, "", S_VALUE},
+    [S_HEADER_KEY_LENGTH] = {"header key", 0, " (header keys may not be null)", S_HEADER_KEY},
+    [S_HEADER_VALUE_LENGTH] = {"header value", 1, "", S_HEADER_VALUE},
+};
+
+/* Check a field's length, just read: -1 (null) where the field is nullable, else 0 or more
+ * and within what is left of the record. Returns 1 when the field has bytes to skip (then in
+ * w->skip_left), 0 when it is null or empty, -1 on error. */
+static inline int field_length(Walker *w, const LengthField *field, int64_t v) {
+    if (v < 0 && !(field->nullable && v == -1))
+        return fail(w, "record %lld: invalid %s length %lld%s", (long long)w->records,
+                    field->name, (long long)v, field->null_note);
+    if (v > w->body_left)
+        return fail(w, "record %lld: %s length %lld past the end of the record",
+                    (long long)w->records, field->name, (long long)v);
+    w->skip_left = v > 0 ? v : 0;
+    return v > 0;
+}
+
+/* A field is over (null, empty or skipped; named by its bytes state): on to what follows it,
+ * which after a header's value is the next header or the end of the record. */
+static inline int after_field(Walker *w, int bytes_state) {
+    switch (bytes_state) {
+    case S_KEY:
+        w->state = S_VALUE_LENGTH;
+        return 0;
+    case S_VALUE:
+        w->state = S_HEADER_COUNT;
+        return 0;
+    case S_HEADER_KEY:
+        w->state = S_HEADER_VALUE_LENGTH;
+        return 0;
+    default: /* S_HEADER_VALUE */
+        if (--w->headers_left == 0)
+            return end_record(w);
+        w->state = S_HEADER_KEY_LENGTH;
+        return 0;
+    }
+}
+
 /* The fast path: a whole record lies in the chunk, so it is parsed with local variables and
  * no per-byte state. It accepts exactly what the state machine accepts; on anything else
  * (a record cut by the chunk's end, or any fault) it returns NULL and the state machine walks
@@ -199,16 +250,6 @@ static int walk(Walker *w, const uint8_t *p, Py_ssize_t n) {
         goto error;                                                                            \
     if (r == 0)                                                                                \
         continue;
-#define SKIP(next)                                                                             \
-    {                                                                                          \
-        Py_ssize_t avail = end - p;                                                            \
-        Py_ssize_t take = w->skip_left < avail ? (Py_ssize_t)w->skip_left : avail;             \
-        p += take;                                                                             \
-        w->skip_left -= take;                                                                  \
-        w->body_left -= take;                                                                  \
-        if (w->skip_left == 0)                                                                 \
-            w->state = next;                                                                   \
-    }
 
 
     while (p < end) {
@@ -274,50 +315,35 @@ static int walk(Walker *w, const uint8_t *p, Py_ssize_t n) {
             }
             break;
         case S_KEY_LENGTH:
-            READ_VARINT(32);
-            if (v < 0) {
-                if (v != -1) {
-                    fail(w, "record %lld: invalid key length %lld", (long long)w->records,
-                         (long long)v);
-                    goto error;
-                }
-                w->null_keys++;
-                w->state = S_VALUE_LENGTH;
-                break;
-            }
-            if (v > w->body_left) {
-                fail(w, "record %lld: key length %lld past the end of the record",
-                     (long long)w->records, (long long)v);
-                goto error;
-            }
-            w->skip_left = v;
-            w->state = v ? S_KEY : S_VALUE_LENGTH;
-            break;
-        case S_KEY:
-            SKIP(S_VALUE_LENGTH);
-            break;
         case S_VALUE_LENGTH:
+        case S_HEADER_KEY_LENGTH:
+        case S_HEADER_VALUE_LENGTH: {
+            const LengthField *field = &LENGTH_FIELDS[w->state];
             READ_VARINT(32);
-            if (v < 0) {
-                if (v != -1) {
-                    fail(w, "record %lld: invalid value length %lld", (long long)w->records,
-                         (long long)v);
-                    goto error;
-                }
-                w->state = S_HEADER_COUNT;
-                break;
-            }
-            if (v > w->body_left) {
-                fail(w, "record %lld: value length %lld past the end of the record",
-                     (long long)w->records, (long long)v);
+            r = field_length(w, field, v);
+            if (r < 0)
                 goto error;
-            }
-            w->skip_left = v;
-            w->state = v ? S_VALUE : S_HEADER_COUNT;
+            if (w->state == S_KEY_LENGTH && v == -1)
+                w->null_keys++;
+            if (r)
+                w->state = field->bytes_state;
+            else if (after_field(w, field->bytes_state) < 0)
+                goto error;
             break;
+        }
+        case S_KEY:
         case S_VALUE:
-            SKIP(S_HEADER_COUNT);
+        case S_HEADER_KEY:
+        case S_HEADER_VALUE: {
+            Py_ssize_t avail = end - p;
+            Py_ssize_t take = w->skip_left < avail ? (Py_ssize_t)w->skip_left : avail;
+            p += take;
+            w->skip_left -= take;
+            w->body_left -= take;
+            if (w->skip_left == 0 && after_field(w, w->state) < 0)
+                goto error;
             break;
+        }
         case S_HEADER_COUNT:
             READ_VARINT(32);
             if (v < 0) {
@@ -338,60 +364,6 @@ static int walk(Walker *w, const uint8_t *p, Py_ssize_t n) {
                 w->state = S_HEADER_KEY_LENGTH;
             }
             break;
-        case S_HEADER_KEY_LENGTH:
-            READ_VARINT(32);
-            if (v < 0) {
-                fail(w, "record %lld: invalid header key length %lld (header keys may not be null)",
-                     (long long)w->records, (long long)v);
-                goto error;
-            }
-            if (v > w->body_left) {
-                fail(w, "record %lld: header key length %lld past the end of the record",
-                     (long long)w->records, (long long)v);
-                goto error;
-            }
-            w->skip_left = v;
-            w->state = v ? S_HEADER_KEY : S_HEADER_VALUE_LENGTH;
-            break;
-        case S_HEADER_KEY:
-            SKIP(S_HEADER_VALUE_LENGTH);
-            break;
-        case S_HEADER_VALUE_LENGTH:
-            READ_VARINT(32);
-            if (v < -1) {
-                fail(w, "record %lld: invalid header value length %lld", (long long)w->records,
-                     (long long)v);
-                goto error;
-            }
-            if (v > w->body_left) {
-                fail(w, "record %lld: header value length %lld past the end of the record",
-                     (long long)w->records, (long long)v);
-                goto error;
-            }
-            if (v > 0) {
-                w->skip_left = v;
-                w->state = S_HEADER_VALUE;
-                break;
-            }
-            /* null or empty value: the header is complete */
-            if (--w->headers_left == 0) {
-                if (end_record(w) < 0)
-                    goto error;
-            } else {
-                w->state = S_HEADER_KEY_LENGTH;
-            }
-            break;
-        case S_HEADER_VALUE:
-            SKIP(S_HEADER_VALUE);
-            if (w->skip_left == 0) {
-                if (--w->headers_left == 0) {
-                    if (end_record(w) < 0)
-                        goto error;
-                } else {
-                    w->state = S_HEADER_KEY_LENGTH;
-                }
-            }
-            break;
         }
     }
     w->consumed += p - start;
@@ -401,7 +373,6 @@ error:
     return -1;
 #undef BODY_BYTE
 #undef READ_VARINT
-#undef SKIP
 }
 
 static int Walker_init(Walker *w, PyObject *args, PyObject *kwds) {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from crc32c import crc32c
 
@@ -35,10 +35,9 @@ TRANSACTIONAL_FLAG = 0x10
 CONTROL_FLAG = 0x20
 DELETE_HORIZON_FLAG = 0x40
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_BASE_OFFSET = struct.Struct(">q")
-_LENGTH = struct.Struct(">i")
-_INT32 = struct.Struct(">i")
+# The whole header, in BatchHeader's field order (the builder and the cleaner pack it).
+_HEADER_FORMAT = ">qiibIhiqqqhii"
+HEADER_LAYOUT = struct.Struct(_HEADER_FORMAT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +99,32 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
+class _HeaderField:
+    """One field of the header, located from HEADER_LAYOUT, for reading or patching it in place."""
+
+    def __init__(self, name: str) -> None:
+        index = [f.name for f in fields(BatchHeader)].index(name)
+        codes = _HEADER_FORMAT[1:]
+        self.at = struct.calcsize(">" + codes[:index])
+        self.layout = struct.Struct(">" + codes[index])
+
+    def read(self, buf: bytes | bytearray | memoryview, pos: int) -> int:
+        value: int = self.layout.unpack_from(buf, pos + self.at)[0]
+        return value
+
+    def write(self, buf: bytearray | memoryview, pos: int, value: int) -> None:
+        self.layout.pack_into(buf, pos + self.at, value)
+
+
+_BASE_OFFSET = _HeaderField("base_offset")
+_BATCH_LENGTH = _HeaderField("batch_length")
+_PARTITION_LEADER_EPOCH = _HeaderField("partition_leader_epoch")
+_CRC = _HeaderField("crc")
+_ATTRIBUTES = _HeaderField("attributes")
+_LAST_OFFSET_DELTA = _HeaderField("last_offset_delta")
+_MAX_TIMESTAMP = _HeaderField("max_timestamp")
+
+
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at `pos`; raises CorruptRecordError if it is not all there."""
     if len(buf) - pos < HEADER_SIZE:
@@ -108,7 +133,7 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
                 f"message format v{buf[pos + MAGIC_OFFSET]} is not supported"
             )
         raise CorruptRecordError("truncated record batch header")
-    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+    return BatchHeader(*HEADER_LAYOUT.unpack_from(buf, pos))
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
@@ -146,17 +171,39 @@ def iter_batches(
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
     """Rewrite a batch's base offset in place (outside the CRC, so the CRC stays valid)."""
-    _BASE_OFFSET.pack_into(buf, pos, base_offset)
+    _BASE_OFFSET.write(buf, pos, base_offset)
 
 
 def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     """Rewrite a batch's partition leader epoch in place (also outside the CRC)."""
-    _INT32.pack_into(buf, pos + 12, epoch)
+    _PARTITION_LEADER_EPOCH.write(buf, pos, epoch)
+
+
+# The fields below are inside the CRC: `set_crc` once they are all written.
+
+
+def set_attributes(buf: bytearray | memoryview, pos: int, attributes: int) -> None:
+    _ATTRIBUTES.write(buf, pos, attributes)
+
+
+def set_last_offset_delta(buf: bytearray | memoryview, pos: int, delta: int) -> None:
+    _LAST_OFFSET_DELTA.write(buf, pos, delta)
+
+
+def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
+    _MAX_TIMESTAMP.write(buf, pos, timestamp)
+
+
+def set_crc(buf: bytearray | memoryview, pos: int, size: int) -> int:
+    """Compute the CRC of the batch of `size` bytes at `pos` and store it; returns it."""
+    crc = compute_crc(buf, pos, size)
+    _CRC.write(buf, pos, crc)
+    return crc
 
 
 def batch_size_at(buf: bytes | bytearray | memoryview, pos: int) -> int:
     """Total size of the batch at `pos` as its length field claims (unvalidated)."""
-    return LOG_OVERHEAD + _LENGTH.unpack_from(buf, pos + 8)[0]
+    return LOG_OVERHEAD + _BATCH_LENGTH.read(buf, pos)
 
 
 def check_batch(
@@ -178,7 +225,7 @@ def check_batch(
         if magic in (0, 1):
             raise UnsupportedMagicError(f"message format v{magic} is not supported")
         raise CorruptRecordError(f"unknown magic byte {magic}")
-    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    header = BatchHeader(*HEADER_LAYOUT.unpack_from(buf, pos))
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptRecordError(f"batch length {header.batch_length} is below the minimum")
     if header.size > len(buf) - pos:

@@ -14,12 +14,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
-from crc32c import crc32c
-
 from onceflow.records.batch import (
     CONTROL_FLAG,
-    CRC_START,
     CURRENT_MAGIC,
+    HEADER_LAYOUT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
@@ -29,6 +27,7 @@ from onceflow.records.batch import (
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
+    set_crc,
 )
 from onceflow.records.compression import CompressionType, compress, compression_type
 from onceflow.records.record import Header, Record
@@ -37,8 +36,6 @@ from onceflow.records.varint import encode_varint, encode_varlong
 RecordInput = Record | tuple[bytes | None, bytes | None, Sequence[Header], int]
 """A `Record`, or a (key, value, headers, timestamp_ms) tuple whose offset delta is its index."""
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_CRC = struct.Struct(">I")
 _NULL = b"\x01"  # varint -1
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
@@ -90,30 +87,14 @@ def build_batch(
         body = bytearray(b"\x00" if attributes == 0 else bytes((attributes,)))
         body += encode_varlong(ts - base_ts)
         body += encode_varint(delta)
-        if key is None:
-            body += _NULL
-        elif isinstance(key, _BYTES_LIKE):
-            body += encode_varint(len(key))
-            body += key
-        else:
-            raise TypeError(f"record key must be bytes or None, not {type(key).__name__}")
-        if value is None:
-            body += _NULL
-        elif isinstance(value, _BYTES_LIKE):
-            body += encode_varint(len(value))
-            body += value
-        else:
-            raise TypeError(f"record value must be bytes or None, not {type(value).__name__}")
+        _encode_nullable_bytes(body, key, "key")
+        _encode_nullable_bytes(body, value, "value")
         body += encode_varint(len(headers))
         for h_key, h_value in headers:
             raw_key = h_key.encode("utf-8", "surrogateescape")
             body += encode_varint(len(raw_key))
             body += raw_key
-            if h_value is None:
-                body += _NULL
-            else:
-                body += encode_varint(len(h_value))
-                body += h_value
+            _encode_nullable_bytes(body, h_value, "header value")
         add(encode_varint(len(body)))
         add(body)
         count += 1
@@ -134,7 +115,7 @@ def build_batch(
         attributes |= CONTROL_FLAG
     out = bytearray(HEADER_SIZE + len(section))
     try:
-        _HEADER.pack_into(
+        HEADER_LAYOUT.pack_into(
             out,
             0,
             base_offset,
@@ -154,5 +135,16 @@ def build_batch(
     except struct.error as exc:
         raise ValueError(f"a batch header field is out of range: {exc}") from None
     out[HEADER_SIZE:] = section
-    _CRC.pack_into(out, CRC_START - 4, crc32c(memoryview(out)[CRC_START:]))
+    set_crc(out, 0, len(out))
     return bytes(out)
+
+
+def _encode_nullable_bytes(body: bytearray, data: object, field: str) -> None:
+    """A record's key, value or header value: its varint length (-1 for null), then its bytes."""
+    if data is None:
+        body += _NULL
+    elif isinstance(data, _BYTES_LIKE):
+        body += encode_varint(len(data))
+        body += data
+    else:
+        raise TypeError(f"record {field} must be bytes or None, not {type(data).__name__}")

@@ -62,13 +62,7 @@ def build_marker(
 
 def parse_control_type(record: Record) -> int:
     """The control type of a control record's key (any type, not only markers)."""
-    key = record.key
-    if key is None or len(key) < _KEY.size:
-        raise InvalidRecordError("control record key is shorter than 4 bytes")
-    version, control_type = _KEY.unpack_from(key)
-    if version < 0:
-        raise InvalidRecordError(f"invalid control record key version {version}")
-    return control_type
+    return _unpack_versioned(_KEY, record.key, "control record key")
 
 
 def parse_control_record(record: Record) -> tuple[ControlType, int]:
@@ -80,10 +74,16 @@ def parse_control_record(record: Record) -> tuple[ControlType, int]:
     raw_type = parse_control_type(record)
     if raw_type not in (ControlType.ABORT, ControlType.COMMIT):
         raise InvalidRecordError(f"control type {raw_type} is not a transaction marker")
-    value = record.value
-    if value is None or len(value) < _VALUE.size:
-        raise InvalidRecordError("transaction marker value is shorter than 6 bytes")
-    version, coordinator_epoch = _VALUE.unpack_from(value)
-    if version < 0:
-        raise InvalidRecordError(f"invalid transaction marker version {version}")
+    coordinator_epoch = _unpack_versioned(_VALUE, record.value, "transaction marker value")
     return ControlType(raw_type), coordinator_epoch
+
+
+def _unpack_versioned(layout: struct.Struct, data: bytes | None, what: str) -> int:
+    """The field after the int16 version of a control record's key or value; a higher version
+    reads as version 0 (its fields come first), a negative one is invalid."""
+    if data is None or len(data) < layout.size:
+        raise InvalidRecordError(f"{what} is shorter than {layout.size} bytes")
+    version, field = layout.unpack_from(data)
+    if version < 0:
+        raise InvalidRecordError(f"invalid {what} version {version}")
+    return int(field)

@@ -104,26 +104,8 @@ def decode_records(header: BatchHeader, data: bytes) -> list[Record]:
         attributes = data[pos]
         ts_delta, pos = decode_varlong(data, pos + 1, rec_end)
         offset_delta, pos = decode_varint(data, pos, rec_end)
-        key_len, pos = decode_varint(data, pos, rec_end)
-        if key_len >= 0:
-            if key_len > rec_end - pos:
-                raise CorruptRecordError(f"key length {key_len} past the end of the record")
-            key: bytes | None = data[pos : pos + key_len]
-            pos += key_len
-        elif key_len == -1:
-            key = None
-        else:
-            raise CorruptRecordError(f"invalid key length {key_len}")
-        value_len, pos = decode_varint(data, pos, rec_end)
-        if value_len >= 0:
-            if value_len > rec_end - pos:
-                raise CorruptRecordError(f"value length {value_len} past the end of the record")
-            value: bytes | None = data[pos : pos + value_len]
-            pos += value_len
-        elif value_len == -1:
-            value = None
-        else:
-            raise CorruptRecordError(f"invalid value length {value_len}")
+        key, pos = _decode_nullable_bytes(data, pos, rec_end, "key")
+        value, pos = _decode_nullable_bytes(data, pos, rec_end, "value")
         header_count, pos = decode_varint(data, pos, rec_end)
         if header_count:
             headers, pos = _decode_headers(data, pos, rec_end, header_count)
@@ -152,15 +134,18 @@ def _decode_headers(data: bytes, pos: int, end: int, count: int) -> tuple[tuple[
             raise CorruptRecordError(f"header key length {key_len} out of range")
         key = data[pos : pos + key_len].decode("utf-8", "surrogateescape")
         pos += key_len
-        value_len, pos = decode_varint(data, pos, end)
-        if value_len >= 0:
-            if value_len > end - pos:
-                raise CorruptRecordError(f"header value length {value_len} past the record")
-            value: bytes | None = data[pos : pos + value_len]
-            pos += value_len
-        elif value_len == -1:
-            value = None
-        else:
-            raise CorruptRecordError(f"invalid header value length {value_len}")
+        value, pos = _decode_nullable_bytes(data, pos, end, "header value")
         headers.append((key, value))
     return tuple(headers), pos
+
+
+def _decode_nullable_bytes(data: bytes, pos: int, end: int, field: str) -> tuple[bytes | None, int]:
+    """A record's key, value or header value: its varint length (-1 for null), then its bytes."""
+    length, pos = decode_varint(data, pos, end)
+    if length >= 0:
+        if length > end - pos:
+            raise CorruptRecordError(f"{field} length {length} past the end of the record")
+        return data[pos : pos + length], pos + length
+    if length == -1:
+        return None, pos
+    raise CorruptRecordError(f"invalid {field} length {length}")

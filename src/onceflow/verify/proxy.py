@@ -32,7 +32,8 @@ from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
-from onceflow.protocol.bounds import read_uvarint
+from onceflow.protocol.bounds import skip_tagged_fields
+from onceflow.protocol.errors import ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +264,7 @@ class KafkaProxy:
                 ports = await self._listeners_for(client, addresses)
                 mapping = {a: (self.host, port) for a, port in zip(addresses, ports, strict=True)}
                 body = rewrite_addresses(payload, *request, mapping)
-            except (SerialError, ValueError, TypeError, KeyError) as e:
+            except (SerialError, ProtocolError, ValueError, TypeError, KeyError) as e:
                 raise ProxyError(f"cannot rewrite API {request[0]} v{request[1]}: {e}") from e
             self.stats.rewritten += 1
             return _SIZE.pack(len(body)) + body
@@ -331,15 +332,6 @@ def _codec(api_key: int, version: int) -> tuple[Any, Any, bool]:
     return entity_reader(cls), entity_writer(cls), flexible_header
 
 
-def _skip_tagged_fields(buf: bytes, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-    return pos
-
-
 def response_addresses(payload: bytes, api_key: int, version: int) -> list[Address]:
     """Broker addresses named by a Metadata / FindCoordinator / DescribeCluster response
     (`payload`: the response without its size prefix)."""
@@ -363,7 +355,7 @@ def _decode(payload: bytes, api_key: int, version: int) -> tuple[Any, int]:
     reader, _, flexible_header = _codec(api_key, version)
     pos = 4  # correlation id
     if flexible_header:
-        pos = _skip_tagged_fields(payload, pos)
+        pos = skip_tagged_fields(payload, pos)
     body, _ = reader(payload, pos)
     return body, pos
 
