@@ -18,18 +18,19 @@ import asyncio
 import inspect
 import logging
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from onceflow.broker.config import BrokerConfig
 from onceflow.broker.handlers.fetch import response_bytes_bound
 from onceflow.broker.log_limit import RateLimitedLog
+from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.storage_failure import halt_on_storage_error
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.framing import FrameReader
 from onceflow.protocol.messages import Request, encode_response, parse_request
-
-if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
 
 log = logging.getLogger(__name__)
 limited_log = RateLimitedLog(log)
@@ -38,7 +39,19 @@ MAX_IN_FLIGHT = 64  # pipelined requests per connection before we stop reading
 MAX_QUEUED_BYTES = 16 << 20  # answers (computed or bounded) per connection before we stop reading
 WRITE_CHUNK = 1 << 20  # an answer is handed to the socket this much at a time
 WRITE_BUFFER_HIGH = 1 << 20  # transport bytes beyond which we wait for the client to read
-FETCH = 1
+
+
+class ConnectionOwner(Protocol):
+    """What a connection needs of the broker: its settings, the memory pool of requests, the
+    versions it parses, the handler of each request, and to be told when it has closed."""
+
+    config: BrokerConfig
+    request_memory: MemoryPool
+    supported: Mapping[int, tuple[int, int]]
+
+    def dispatch(self, connection: Connection, request: Request) -> Any: ...
+
+    def connection_closed(self, connection: Connection) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -50,7 +63,7 @@ class _Answer:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker, host: str) -> None:
+    def __init__(self, broker: ConnectionOwner, host: str) -> None:
         self.broker = broker
         self.host = host
         self.peer = host
@@ -171,7 +184,9 @@ class Connection(asyncio.Protocol):
             return  # no response is due (Produce with acks=0)
         if inspect.isawaitable(result):
             future = asyncio.ensure_future(result)
-            cost = response_bytes_bound(self.broker, request) if request.api_key == FETCH else 0
+            cost = 0
+            if request.api_key == ApiKey.FETCH:
+                cost = response_bytes_bound(self.broker.config.fetch_max_bytes, request)
             answer = _Answer(request, future, None, cost)
         else:
             try:

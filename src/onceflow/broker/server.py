@@ -12,13 +12,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker import handlers  # noqa: F401  (registers the API handlers)
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
 from onceflow.broker.connection_quotas import ConnectionQuotas
 from onceflow.broker.coordinator_log import CoordinatorLog, internal_log_configs
 from onceflow.broker.data_dir import open_data_dir
-from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
+from onceflow.broker.dispatch import HandlerResult, bind_handlers, supported_versions
 from onceflow.broker.durability import (
     GroupCommitter,
     NotDurableError,
@@ -26,6 +25,15 @@ from onceflow.broker.durability import (
     until_durable,
 )
 from onceflow.broker.faults import raise_point
+from onceflow.broker.handlers.context import (
+    AdminContext,
+    DataContext,
+    Durability,
+    GroupContext,
+    HandlerContexts,
+    Node,
+    TxnContext,
+)
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.malloc import HeapTrimmer
@@ -95,7 +103,35 @@ class Broker:
         )
         self.request_memory = MemoryPool(config.queued_max_request_bytes)
         self.heap = HeapTrimmer()
-        self.port = config.port
+        self.node = Node(config.node_id, config.advertised, config.port, self.cluster_id)
+        self._handlers = bind_handlers(self._handler_contexts())
+
+    @property
+    def port(self) -> int:
+        return self.node.port
+
+    def _handler_contexts(self) -> HandlerContexts:
+        """What each family of handlers is given (handlers/context.py), not the broker."""
+        topics = self.topics
+        return HandlerContexts(
+            supported=self.supported,
+            admin=AdminContext(self.node, self.config, topics),
+            data=DataContext(
+                self.config,
+                topics,
+                self.transactions.coordinator,
+                Durability(self.make_durable, self.committer.wait_durable, self.not_durable_code),
+                self.clock,
+            ),
+            groups=GroupContext(self.groups, topics, self.write_offsets_records),
+            txn=TxnContext(
+                self.transactions.coordinator,
+                self.transactions,
+                self.groups,
+                topics,
+                self.write_offsets_records,
+            ),
+        )
 
     def internal_log(self, topic: str, segment_bytes: int) -> CoordinatorLog:
         """A coordinator's log, `compact` as Kafka creates its internal topics."""
@@ -121,7 +157,7 @@ class Broker:
         self._listener = await _listen(
             self.config.host, self.config.port, self.config.socket_listen_backlog_size
         )
-        self.port = self._listener.getsockname()[1]
+        self.node.port = self._listener.getsockname()[1]
         self._acceptor = asyncio.get_running_loop().create_task(self._accept(self._listener))
         self._spawn(
             "retention",
@@ -416,9 +452,9 @@ class Broker:
     # -- requests ---------------------------------------------------------------------------
 
     def dispatch(self, connection: Connection, request: Request) -> HandlerResult:
-        handler = HANDLERS[request.api_key]
+        handle = self._handlers[request.api_key]
         try:
-            return handler.handle(self, request)
+            return handle(request)
         except ProtocolError:
             raise
         except Exception as e:

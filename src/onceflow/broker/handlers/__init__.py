@@ -1,17 +1,1 @@
-"""API handlers, one module per family; importing this package registers them all."""
-
-from onceflow.broker.handlers import (  # noqa: F401
-    alter_configs,
-    api_versions,
-    configs,
-    coordinator_lookup,
-    fetch,
-    groups,
-    list_offsets,
-    metadata,
-    offsets,
-    produce,
-    topics_admin,
-    transactions,
-    txn_markers,
-)
+"""API handlers, one module per family of APIs; broker/dispatch.py lists them in its table."""

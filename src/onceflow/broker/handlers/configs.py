@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import AdminContext
+from onceflow.broker.handlers.responses import response_class
 from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 TOPIC = 2
@@ -22,10 +21,9 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 
-@api(32, 1, 4)
-def handle_describe_configs(broker: Broker, request: Request) -> Any:
+def handle_describe_configs(ctx: AdminContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(32, request.api_version)
+    cls = response_class(request)
     result_cls = sibling(cls, "DescribeConfigsResult")
     entry_cls = sibling(cls, "DescribeConfigsResourceResult")
     results = []
@@ -33,13 +31,13 @@ def handle_describe_configs(broker: Broker, request: Request) -> Any:
         error, message = ErrorCode.none, None
         entries: dict[str, tuple[str, int]] = {}
         if resource.resource_type == TOPIC:
-            topic = broker.topics.get(resource.resource_name)
+            topic = ctx.topics.get(resource.resource_name)
             if topic is None:
                 error = ErrorCode.unknown_topic_or_partition
                 message = f"topic {resource.resource_name!r} does not exist"
             else:
-                set_on_broker = broker.topics.topic_defaults_set_on_broker()
-                for k, v in broker.topics.effective_configs(topic.configs).items():
+                set_on_broker = ctx.topics.topic_defaults_set_on_broker()
+                for k, v in ctx.topics.effective_configs(topic.configs).items():
                     if k in topic.configs:
                         entries[k] = (v, DYNAMIC_TOPIC_CONFIG)
                     elif k in set_on_broker:
@@ -47,11 +45,11 @@ def handle_describe_configs(broker: Broker, request: Request) -> Any:
                     else:
                         entries[k] = (v, DEFAULT_CONFIG)
         elif resource.resource_type == BROKER:
-            if resource.resource_name not in ("", str(broker.config.node_id)):
+            if resource.resource_name not in ("", str(ctx.config.node_id)):
                 error, message = ErrorCode.invalid_request, "unknown broker id"
             else:
                 entries = {
-                    k: (v, STATIC_BROKER_CONFIG) for k, v in broker.config.kafka_settings().items()
+                    k: (v, STATIC_BROKER_CONFIG) for k, v in ctx.config.kafka_settings().items()
                 }
         else:
             error = ErrorCode.invalid_request

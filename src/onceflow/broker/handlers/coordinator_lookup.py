@@ -7,27 +7,25 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import AdminContext
+from onceflow.broker.handlers.responses import response_class
 from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 GROUP = 0
 TRANSACTION = 1
 
 
-@api(10, 0, 6)
-def handle_find_coordinator(broker: Broker, request: Request) -> Any:
+def handle_find_coordinator(ctx: AdminContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(10, request.api_version)
+    cls = response_class(request)
     key_type = getattr(req, "key_type", GROUP)
     error = ErrorCode.none if key_type in (GROUP, TRANSACTION) else ErrorCode.invalid_request
-    node = broker.config.node_id if error == ErrorCode.none else -1
-    host = broker.config.advertised if error == ErrorCode.none else ""
-    port = broker.port if error == ErrorCode.none else -1
+    node = ctx.node.node_id if error == ErrorCode.none else -1
+    host = ctx.node.host if error == ErrorCode.none else ""
+    port = ctx.node.port if error == ErrorCode.none else -1
     if request.api_version >= 4:
         coordinator_cls = sibling(cls, "Coordinator")
         coordinators = tuple(

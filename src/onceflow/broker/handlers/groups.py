@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import GroupContext
+from onceflow.broker.handlers.responses import response_class
 from onceflow.groups.coordinator import (
     JoinGroupRequest,
     JoinResult,
@@ -17,11 +18,11 @@ from onceflow.groups.coordinator import (
     SyncGroupRequest,
     SyncResult,
 )
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 ZERO = datetime.timedelta(0)
@@ -33,7 +34,7 @@ def _ms(value: Any, default: int = -1) -> int:
     return int(value.total_seconds() * 1000)
 
 
-def _answer_later(broker: Broker) -> tuple[asyncio.Future[Any], Any]:
+def _answer_later(ctx: GroupContext) -> tuple[asyncio.Future[Any], Any]:
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
     def respond(result: Any) -> None:
@@ -43,8 +44,7 @@ def _answer_later(broker: Broker) -> tuple[asyncio.Future[Any], Any]:
     return future, respond
 
 
-@api(11, 0, 9)
-def handle_join_group(broker: Broker, request: Request) -> Any:
+def handle_join_group(ctx: GroupContext, request: Request) -> Any:
     req = request.body
     version = request.api_version
     session = _ms(req.session_timeout)
@@ -62,14 +62,14 @@ def handle_join_group(broker: Broker, request: Request) -> Any:
         require_known_member_id=version >= 4,
         supports_skip_assignment=version >= 9,
     )
-    future, respond = _answer_later(broker)
-    broker.groups.join_group(join, respond)
+    future, respond = _answer_later(ctx)
+    ctx.groups.join_group(join, respond)
     return _join_response(future, version)
 
 
 async def _join_response(future: asyncio.Future[JoinResult], version: int) -> Any:
     result = await future
-    cls = response_type(11, version)
+    cls = response_type(ApiKey.JOIN_GROUP, version)
     member_cls = sibling(cls, "JoinGroupResponseMember")
     members = tuple(
         build(
@@ -94,8 +94,7 @@ async def _join_response(future: asyncio.Future[JoinResult], version: int) -> An
     )
 
 
-@api(14, 0, 5)
-def handle_sync_group(broker: Broker, request: Request) -> Any:
+def handle_sync_group(ctx: GroupContext, request: Request) -> Any:
     req = request.body
     sync = SyncGroupRequest(
         group_id=req.group_id,
@@ -106,15 +105,15 @@ def handle_sync_group(broker: Broker, request: Request) -> Any:
         protocol_name=getattr(req, "protocol_name", None),
         assignments={a.member_id: bytes(a.assignment) for a in req.assignments},
     )
-    future, respond = _answer_later(broker)
-    broker.groups.sync_group(sync, respond)
+    future, respond = _answer_later(ctx)
+    ctx.groups.sync_group(sync, respond)
     return _sync_response(future, request.api_version)
 
 
 async def _sync_response(future: asyncio.Future[SyncResult], version: int) -> Any:
     result = await future
     return build(
-        response_type(14, version),
+        response_type(ApiKey.SYNC_GROUP, version),
         throttle_time=ZERO,
         error_code=result.error,
         protocol_type=result.protocol_type,
@@ -123,19 +122,17 @@ async def _sync_response(future: asyncio.Future[SyncResult], version: int) -> An
     )
 
 
-@api(12, 0, 4)
-def handle_heartbeat(broker: Broker, request: Request) -> Any:
+def handle_heartbeat(ctx: GroupContext, request: Request) -> Any:
     req = request.body
-    error = broker.groups.heartbeat(
+    error = ctx.groups.heartbeat(
         req.group_id, req.member_id, req.generation_id, getattr(req, "group_instance_id", None)
     )
-    return build(response_type(12, request.api_version), throttle_time=ZERO, error_code=error)
+    return build(response_class(request), throttle_time=ZERO, error_code=error)
 
 
-@api(13, 0, 5)
-def handle_leave_group(broker: Broker, request: Request) -> Any:
+def handle_leave_group(ctx: GroupContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(13, request.api_version)
+    cls = response_class(request)
     if request.api_version >= 3:
         members = [
             LeaveMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
@@ -143,7 +140,7 @@ def handle_leave_group(broker: Broker, request: Request) -> Any:
         ]
     else:
         members = [LeaveMember(req.member_id)]
-    result = broker.groups.leave_group(req.group_id, members)
+    result = ctx.groups.leave_group(req.group_id, members)
     if request.api_version < 3:
         error = (
             result.members[0].error
@@ -168,15 +165,14 @@ def handle_leave_group(broker: Broker, request: Request) -> Any:
     )
 
 
-@api(16, 0, 5)
-def handle_list_groups(broker: Broker, request: Request) -> Any:
+def handle_list_groups(ctx: GroupContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(16, request.api_version)
+    cls = response_class(request)
     group_cls = sibling(cls, "ListedGroup")
-    listings = broker.groups.list_groups(
+    listings = ctx.groups.list_groups(
         getattr(req, "states_filter", None), getattr(req, "types_filter", None)
     )
-    error = ErrorCode.coordinator_load_in_progress if broker.groups.loading else ErrorCode.none
+    error = ErrorCode.coordinator_load_in_progress if ctx.groups.loading else ErrorCode.none
     return build(
         cls,
         throttle_time=ZERO,
@@ -194,14 +190,13 @@ def handle_list_groups(broker: Broker, request: Request) -> Any:
     )
 
 
-@api(15, 0, 5)
-def handle_describe_groups(broker: Broker, request: Request) -> Any:
+def handle_describe_groups(ctx: GroupContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(15, request.api_version)
+    cls = response_class(request)
     group_cls = sibling(cls, "DescribedGroup")
     member_cls = sibling(cls, "DescribedGroupMember")
     out = []
-    for d in broker.groups.describe_groups(req.groups):
+    for d in ctx.groups.describe_groups(req.groups):
         # Up to v5 an unknown group is state Dead with no error, as Kafka answers.
         error = ErrorCode.none if d.error == ErrorCode.group_id_not_found else d.error
         out.append(
@@ -230,11 +225,10 @@ def handle_describe_groups(broker: Broker, request: Request) -> Any:
     return build(cls, throttle_time=ZERO, groups=tuple(out))
 
 
-@api(42, 0, 2)
-def handle_delete_groups(broker: Broker, request: Request) -> Any:
+def handle_delete_groups(ctx: GroupContext, request: Request) -> Any:
     req = request.body
-    result = broker.groups.delete_groups(req.groups_names)
-    cls = response_type(42, request.api_version)
+    result = ctx.groups.delete_groups(req.groups_names)
+    cls = response_class(request)
     result_cls = sibling(cls, "DeletableGroupResult")
     response = build(
         cls,
@@ -243,4 +237,4 @@ def handle_delete_groups(broker: Broker, request: Request) -> Any:
             build(result_cls, group_id=g, error_code=e) for g, e in result.response.items()
         ),
     )
-    return broker.write_offsets_records(result.records, response)
+    return ctx.write_offsets(result.records, response)

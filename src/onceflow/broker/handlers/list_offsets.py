@@ -9,16 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import DataContext
 from onceflow.broker.handlers.metadata import LEADER_EPOCH
+from onceflow.broker.handlers.responses import response_class
 from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
 from onceflow.records.batch import check_batch, parse_header
 from onceflow.records.errors import RecordsError
 from onceflow.records.walker import walk_batch
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.broker.topics import Partition
     from onceflow.protocol.messages import Request
 
@@ -96,10 +95,9 @@ def _scan_max_timestamp(partition: Partition, upper: int) -> tuple[int, int]:
     return match if match is not None else best
 
 
-@api(2, 1, 9)
-def handle_list_offsets(broker: Broker, request: Request) -> Any:
+def handle_list_offsets(ctx: DataContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(2, request.api_version)
+    cls = response_class(request)
     topic_cls = sibling(cls, "ListOffsetsTopicResponse")
     part_cls = sibling(cls, "ListOffsetsPartitionResponse")
     read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
@@ -107,7 +105,7 @@ def handle_list_offsets(broker: Broker, request: Request) -> Any:
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            partition = broker.topics.partition(t.name, p.partition_index)
+            partition = ctx.topics.partition(t.name, p.partition_index)
             error, offset, ts = ErrorCode.none, -1, -1
             if partition is None:
                 error = ErrorCode.unknown_topic_or_partition

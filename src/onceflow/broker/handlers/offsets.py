@@ -8,21 +8,20 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import GroupContext
+from onceflow.broker.handlers.responses import response_class
 from onceflow.groups.coordinator import CoordinatorLoadInProgressError
 from onceflow.groups.offsets import OffsetAndMetadata, OffsetFetchEntry, TopicPartition
 from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 ZERO = datetime.timedelta(0)
 
 
 def requested_offsets(
-    broker: Broker, topics: Any
+    ctx: GroupContext, topics: Any
 ) -> tuple[dict[TopicPartition, OffsetAndMetadata], dict[TopicPartition, ErrorCode]]:
     """The offsets of an (Txn)OffsetCommit request, and errors for partitions that do not exist."""
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -30,7 +29,7 @@ def requested_offsets(
     for t in topics:
         for p in t.partitions:
             tp = (t.name, p.partition_index)
-            if broker.topics.partition(t.name, p.partition_index) is None:
+            if ctx.partitions.partition(t.name, p.partition_index) is None:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
                 continue
             offsets[tp] = OffsetAndMetadata(
@@ -56,13 +55,12 @@ def commit_response(cls: type, errors: dict[TopicPartition, ErrorCode]) -> Any:
     )
 
 
-@api(8, 2, 9)
-def handle_offset_commit(broker: Broker, request: Request) -> Any:
+def handle_offset_commit(ctx: GroupContext, request: Request) -> Any:
     req = request.body
-    offsets, errors = requested_offsets(broker, req.topics)
+    offsets, errors = requested_offsets(ctx, req.topics)
     retention = getattr(req, "retention_time", None)
     retention_ms = -1 if retention is None else int(retention.total_seconds() * 1000)
-    result = broker.groups.commit_offsets(
+    result = ctx.groups.commit_offsets(
         req.group_id,
         req.generation_id_or_member_epoch,
         req.member_id,
@@ -72,18 +70,18 @@ def handle_offset_commit(broker: Broker, request: Request) -> Any:
         api_version=request.api_version,
     )
     errors.update(result.response)
-    response = commit_response(response_type(8, request.api_version), errors)
-    return broker.write_offsets_records(result.records, response)
+    response = commit_response(response_class(request), errors)
+    return ctx.write_offsets(result.records, response)
 
 
 def _fetch_group(
-    broker: Broker, group_id: str, topics: Any, require_stable: bool
+    ctx: GroupContext, group_id: str, topics: Any, require_stable: bool
 ) -> tuple[ErrorCode, dict[TopicPartition, OffsetFetchEntry]]:
     partitions = (
         None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     )
     try:
-        return ErrorCode.none, broker.groups.fetch_offsets(group_id, partitions, require_stable)
+        return ErrorCode.none, ctx.groups.fetch_offsets(group_id, partitions, require_stable)
     except CoordinatorLoadInProgressError:
         return ErrorCode.coordinator_load_in_progress, {}
 
@@ -107,16 +105,15 @@ def _topics(
     return tuple(build(topic_cls, name=n, partitions=tuple(ps)) for n, ps in by_topic.items())
 
 
-@api(9, 1, 9)
-def handle_offset_fetch(broker: Broker, request: Request) -> Any:
+def handle_offset_fetch(ctx: GroupContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(9, request.api_version)
+    cls = response_class(request)
     require_stable = getattr(req, "require_stable", False)
     if request.api_version >= 8:
         group_cls = sibling(cls, "OffsetFetchResponseGroup")
         groups = []
         for g in req.groups:
-            error, entries = _fetch_group(broker, g.group_id, g.topics, require_stable)
+            error, entries = _fetch_group(ctx, g.group_id, g.topics, require_stable)
             groups.append(
                 build(
                     group_cls,
@@ -128,7 +125,7 @@ def handle_offset_fetch(broker: Broker, request: Request) -> Any:
                 )
             )
         return build(cls, throttle_time=ZERO, groups=tuple(groups))
-    error, entries = _fetch_group(broker, req.group_id, req.topics, require_stable)
+    error, entries = _fetch_group(ctx, req.group_id, req.topics, require_stable)
     if request.api_version < 2 and error != ErrorCode.none:
         entries = {tp: OffsetFetchEntry(error=error) for tp in entries}
     return build(

@@ -20,15 +20,14 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.append_outcome import AppendRefused
-from onceflow.broker.dispatch import api
 from onceflow.broker.durability import PartitionsNotDurableError
 from onceflow.broker.faults import crash_point, delay_point
+from onceflow.broker.handlers.context import DataContext
+from onceflow.broker.handlers.responses import response_class
 from onceflow.protocol.entities import build, has_field, sibling
-from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
     from onceflow.broker.partition import Partition
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 log = logging.getLogger(__name__)
@@ -40,10 +39,9 @@ def to_datetime(ms: int) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
-@api(0, 0, 12, parsed_from=3)
-def handle_produce(broker: Broker, request: Request) -> Any:
+def handle_produce(ctx: DataContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(0, request.api_version)
+    cls = response_class(request)
     topic_cls = sibling(cls, "TopicProduceResponse")
     part_cls = sibling(cls, "PartitionProduceResponse")
     # Produce v8+ names the records at fault (KIP-467)
@@ -59,7 +57,7 @@ def handle_produce(broker: Broker, request: Request) -> Any:
     for topic_data in req.topic_data:
         parts_out = []
         for pdata in topic_data.partition_data:
-            partition = broker.topics.partition(topic_data.name, pdata.index)
+            partition = ctx.topics.partition(topic_data.name, pdata.index)
             base_offset, append_time, start = -1, -1, -1
             error, message = ErrorCode.none, None
             record_errors: tuple[Any, ...] = ()
@@ -74,9 +72,9 @@ def handle_produce(broker: Broker, request: Request) -> Any:
                     result = partition.append_records(
                         pdata.records,
                         req.transactional_id,
-                        broker.transactions.coordinator,
+                        ctx.transaction_checks,
                         produce_version=request.api_version,
-                        max_decompressed_bytes=broker.config.message_max_decompressed_bytes,
+                        max_decompressed_bytes=ctx.config.message_max_decompressed_bytes,
                     )
                 except AppendRefused as e:
                     error, message = e.code, str(e)
@@ -111,7 +109,7 @@ def handle_produce(broker: Broker, request: Request) -> Any:
             build(topic_cls, name=topic_data.name, partition_responses=tuple(parts_out))
         )
     response = build(cls, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
-    durable = broker.make_durable(touched)
+    durable = ctx.durability.make_durable(touched)
     if req.acks == -1 and touched:
         return _after(durable, response)
     return None if req.acks == 0 else response

@@ -13,19 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import TxnContext
 from onceflow.broker.handlers.offsets import commit_response, requested_offsets
+from onceflow.broker.handlers.responses import response_class
 from onceflow.broker.transactions import (
     HELD_REQUEST_TIMEOUT_S,
     OFFSETS_TOPIC,
     CoordinatorUnavailableError,
 )
 from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
 from onceflow.txn.coordinator import InitProducerIdResponse, error_for_version
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,7 @@ def _datetime(ms: int) -> datetime.datetime:
 
 
 def _after_markers(
-    broker: Broker,
+    ctx: TxnContext,
     transactional_id: str | None,
     start: Callable[[], Any],
     busy: Callable[[ErrorCode], Any],
@@ -50,7 +49,7 @@ def _after_markers(
     """`start()` now, or once the id's markers in flight are written (pending_markers). Held
     at most HELD_REQUEST_TIMEOUT_S: then `busy(CONCURRENT_TRANSACTIONS)` answers, which is what
     Kafka answers at once while markers are in flight, and clients retry."""
-    pending = broker.transactions.pending_markers(transactional_id)
+    pending = ctx.driver.pending_markers(transactional_id)
     if pending is None:
         return start()
 
@@ -65,31 +64,30 @@ def _after_markers(
     return later()
 
 
-@api(22, 0, 5)
-def handle_init_producer_id(broker: Broker, request: Request) -> Any:
+def handle_init_producer_id(ctx: TxnContext, request: Request) -> Any:
     req = request.body
     return _after_markers(
-        broker,
+        ctx,
         req.transactional_id,
-        lambda: _init(broker, request),
+        lambda: _init(ctx, request),
         lambda error: _init_answer(request, InitProducerIdResponse(error)),
     )
 
 
-def _init(broker: Broker, request: Request) -> Any:
+def _init(ctx: TxnContext, request: Request) -> Any:
     req = request.body
-    result = broker.transactions.coordinator.init_producer_id(
+    result = ctx.coordinator.init_producer_id(
         req.transactional_id,
         _ms(req.transaction_timeout),
         getattr(req, "producer_id", -1),
         getattr(req, "producer_epoch", -1),
     )
-    return _init_response(broker, request, result)
+    return _init_response(ctx, request, result)
 
 
-async def _init_response(broker: Broker, request: Request, result: Any) -> Any:
+async def _init_response(ctx: TxnContext, request: Request, result: Any) -> Any:
     try:
-        answer = await broker.transactions.run(result)
+        answer = await ctx.driver.run(result)
     except CoordinatorUnavailableError as e:
         answer = InitProducerIdResponse(e.error_code)
     if answer.error == ErrorCode.none and request.body.transactional_id:
@@ -105,21 +103,20 @@ async def _init_response(broker: Broker, request: Request, result: Any) -> Any:
 
 def _init_answer(request: Request, answer: InitProducerIdResponse) -> Any:
     return build(
-        response_type(22, request.api_version),
+        response_class(request),
         throttle_time=ZERO,
-        error_code=error_for_version(answer.error, 22, request.api_version),
+        error_code=error_for_version(answer.error, request.api_key, request.api_version),
         producer_id=answer.producer_id,
         producer_epoch=answer.producer_epoch,
     )
 
 
-@api(24, 0, 3)
-def handle_add_partitions_to_txn(broker: Broker, request: Request) -> Any:
+def handle_add_partitions_to_txn(ctx: TxnContext, request: Request) -> Any:
     txn_id = request.body.v3_and_below_transactional_id
     return _after_markers(
-        broker,
+        ctx,
         txn_id,
-        lambda: _add_partitions(broker, request),
+        lambda: _add_partitions(ctx, request),
         lambda error: _add_partitions_response(request, _every_partition(request, error)),
     )
 
@@ -128,10 +125,10 @@ def _every_partition(request: Request, error: ErrorCode) -> dict[tuple[str, int]
     return {(t.name, p): error for t in request.body.v3_and_below_topics for p in t.partitions}
 
 
-def _add_partitions(broker: Broker, request: Request) -> Any:
+def _add_partitions(ctx: TxnContext, request: Request) -> Any:
     req = request.body
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if broker.topics.partition(*tp) is None}
+    unknown = {tp for tp in wanted if ctx.partitions.partition(*tp) is None}
     if unknown:
         # As Kafka: nothing is added; unknown partitions fail, the others are not attempted.
         errors = {
@@ -141,25 +138,25 @@ def _add_partitions(broker: Broker, request: Request) -> Any:
             for tp in wanted
         }
         return _add_partitions_response(request, errors)
-    result = broker.transactions.coordinator.add_partitions(
+    result = ctx.coordinator.add_partitions(
         req.v3_and_below_transactional_id,
         req.v3_and_below_producer_id,
         req.v3_and_below_producer_epoch,
         wanted,
     )
-    return _add_partitions_later(broker, request, result)
+    return _add_partitions_later(ctx, request, result)
 
 
-async def _add_partitions_later(broker: Broker, request: Request, result: Any) -> Any:
+async def _add_partitions_later(ctx: TxnContext, request: Request, result: Any) -> Any:
     try:
-        errors = await broker.transactions.run(result)
+        errors = await ctx.driver.run(result)
     except CoordinatorUnavailableError as e:
         errors = _every_partition(request, e.error_code)
     return _add_partitions_response(request, errors)
 
 
 def _add_partitions_response(request: Request, errors: dict[tuple[str, int], ErrorCode]) -> Any:
-    cls = response_type(24, request.api_version)
+    cls = response_class(request)
     topic_cls = sibling(cls, "AddPartitionsToTxnTopicResult")
     part_cls = sibling(cls, "AddPartitionsToTxnPartitionResult")
     by_topic: dict[str, list[Any]] = defaultdict(list)
@@ -168,7 +165,7 @@ def _add_partitions_response(request: Request, errors: dict[tuple[str, int], Err
             build(
                 part_cls,
                 partition_index=partition,
-                partition_error_code=error_for_version(error, 24, request.api_version),
+                partition_error_code=error_for_version(error, request.api_key, request.api_version),
             )
         )
     return build(
@@ -180,53 +177,50 @@ def _add_partitions_response(request: Request, errors: dict[tuple[str, int], Err
     )
 
 
-@api(25, 0, 4)
-def handle_add_offsets_to_txn(broker: Broker, request: Request) -> Any:
+def handle_add_offsets_to_txn(ctx: TxnContext, request: Request) -> Any:
     req = request.body
 
     def add() -> Any:
-        result = broker.transactions.coordinator.add_offsets(
+        result = ctx.coordinator.add_offsets(
             req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
         )
-        return _simple_later(broker, request, 25, result)
+        return _simple_later(ctx, request, result)
 
     return _after_markers(
-        broker, req.transactional_id, add, lambda error: _simple_answer(request, 25, error)
+        ctx, req.transactional_id, add, lambda error: _simple_answer(request, error)
     )
 
 
-@api(26, 0, 4)
-def handle_end_txn(broker: Broker, request: Request) -> Any:
+def handle_end_txn(ctx: TxnContext, request: Request) -> Any:
     req = request.body
-    result = broker.transactions.coordinator.end_txn(
+    result = ctx.coordinator.end_txn(
         req.transactional_id, req.producer_id, req.producer_epoch, req.committed
     )
-    return _simple_later(broker, request, 26, result)
+    return _simple_later(ctx, request, result)
 
 
-async def _simple_later(broker: Broker, request: Request, api_key: int, result: Any) -> Any:
+async def _simple_later(ctx: TxnContext, request: Request, result: Any) -> Any:
     try:
-        error = await broker.transactions.run(result)
+        error = await ctx.driver.run(result)
     except CoordinatorUnavailableError as e:
         error = e.error_code
-    return _simple_answer(request, api_key, error)
+    return _simple_answer(request, error)
 
 
-def _simple_answer(request: Request, api_key: int, error: ErrorCode) -> Any:
+def _simple_answer(request: Request, error: ErrorCode) -> Any:
     return build(
-        response_type(api_key, request.api_version),
+        response_class(request),
         throttle_time=ZERO,
-        error_code=error_for_version(error, api_key, request.api_version),
+        error_code=error_for_version(error, request.api_key, request.api_version),
     )
 
 
-@api(28, 0, 4)
-def handle_txn_offset_commit(broker: Broker, request: Request) -> Any:
+def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(28, request.api_version)
-    offsets, errors = requested_offsets(broker, req.topics)
-    coordinator = broker.transactions.coordinator
-    if not broker.transactions.verify_partition(
+    cls = response_class(request)
+    offsets, errors = requested_offsets(ctx, req.topics)
+    coordinator = ctx.coordinator
+    if not ctx.driver.verify_partition(
         req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, 0
     ):
         # The offsets partition must be in the transaction (AddOffsetsToTxn first).
@@ -235,10 +229,12 @@ def handle_txn_offset_commit(broker: Broker, request: Request) -> Any:
         if meta is None or meta.producer_id != req.producer_id:
             error = ErrorCode.invalid_producer_id_mapping
         elif meta.producer_epoch != req.producer_epoch:
-            error = error_for_version(ErrorCode.producer_fenced, 28, request.api_version)
+            error = error_for_version(
+                ErrorCode.producer_fenced, request.api_key, request.api_version
+            )
         errors.update(dict.fromkeys(offsets, error))
         return commit_response(cls, errors)
-    result = broker.groups.txn_commit_offsets(
+    result = ctx.groups.txn_commit_offsets(
         req.transactional_id,
         req.group_id,
         req.producer_id,
@@ -250,14 +246,13 @@ def handle_txn_offset_commit(broker: Broker, request: Request) -> Any:
     )
     errors.update(result.response)
     response = commit_response(cls, errors)
-    return broker.write_offsets_records(
+    return ctx.write_offsets(
         result.records, response, producer_id=req.producer_id, producer_epoch=req.producer_epoch
     )
 
 
-@api(65, 0, 0)
-def handle_describe_transactions(broker: Broker, request: Request) -> Any:
-    cls = response_type(65, request.api_version)
+def handle_describe_transactions(ctx: TxnContext, request: Request) -> Any:
+    cls = response_class(request)
     state_cls = sibling(cls, "TransactionState")
     topic_cls = sibling(cls, "TopicData")
     states = tuple(
@@ -272,15 +267,14 @@ def handle_describe_transactions(broker: Broker, request: Request) -> Any:
             producer_epoch=d.producer_epoch,
             topics=tuple(build(topic_cls, topic=t, partitions=ps) for t, ps in d.topics),
         )
-        for d in broker.transactions.coordinator.describe(list(request.body.transactional_ids))
+        for d in ctx.coordinator.describe(list(request.body.transactional_ids))
     )
     return build(cls, throttle_time=ZERO, transaction_states=states)
 
 
-@api(66, 0, 1)
-def handle_list_transactions(broker: Broker, request: Request) -> Any:
+def handle_list_transactions(ctx: TxnContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(66, request.api_version)
+    cls = response_class(request)
     state_cls = sibling(cls, "TransactionState")
     known = {
         "Empty",
@@ -292,7 +286,7 @@ def handle_list_transactions(broker: Broker, request: Request) -> Any:
         "Dead",
         "PrepareEpochFence",
     }
-    listings = broker.transactions.coordinator.list(
+    listings = ctx.coordinator.list(
         req.state_filters, req.producer_id_filters, getattr(req, "duration_filter", -1)
     )
     return build(
@@ -312,9 +306,8 @@ def handle_list_transactions(broker: Broker, request: Request) -> Any:
     )
 
 
-@api(61, 0, 0)
-def handle_describe_producers(broker: Broker, request: Request) -> Any:
-    cls = response_type(61, request.api_version)
+def handle_describe_producers(ctx: TxnContext, request: Request) -> Any:
+    cls = response_class(request)
     topic_cls = sibling(cls, "TopicResponse")
     part_cls = sibling(cls, "PartitionResponse")
     producer_cls = sibling(cls, "ProducerState")
@@ -322,7 +315,7 @@ def handle_describe_producers(broker: Broker, request: Request) -> Any:
     for t in request.body.topics:
         parts = []
         for index in t.partition_indexes:
-            partition = broker.topics.partition(t.name, index)
+            partition = ctx.partitions.partition(t.name, index)
             if partition is None:
                 parts.append(
                     build(
