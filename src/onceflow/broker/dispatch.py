@@ -34,7 +34,7 @@ from onceflow.broker.handlers import (
 from onceflow.broker.handlers.context import (
     AdminContext,
     DataContext,
-    GroupContext,
+    GroupsContext,
     HandlerContexts,
     SupportedVersions,
     TxnContext,
@@ -72,7 +72,7 @@ def _data(c: HandlerContexts) -> DataContext:
     return c.data
 
 
-def _groups(c: HandlerContexts) -> GroupContext:
+def _groups(c: HandlerContexts) -> GroupsContext:
     return c.groups
 
 
@@ -114,7 +114,7 @@ API_HANDLERS: tuple[ApiHandler[Any], ...] = (
         alter_configs.handle_incremental_alter_configs,
         _admin,
     ),
-    ApiHandler(ApiKey.DESCRIBE_PRODUCERS, 0, 0, transactions.handle_describe_producers, _txn),
+    ApiHandler(ApiKey.DESCRIBE_PRODUCERS, 0, 0, transactions.handle_describe_producers, _data),
     ApiHandler(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, transactions.handle_describe_transactions, _txn),
     ApiHandler(ApiKey.LIST_TRANSACTIONS, 0, 1, transactions.handle_list_transactions, _txn),
 )

@@ -29,7 +29,7 @@ from onceflow.broker.handlers.context import (
     AdminContext,
     DataContext,
     Durability,
-    GroupContext,
+    GroupsContext,
     HandlerContexts,
     Node,
     TxnContext,
@@ -112,25 +112,19 @@ class Broker:
 
     def _handler_contexts(self) -> HandlerContexts:
         """What each family of handlers is given (handlers/context.py), not the broker."""
-        topics = self.topics
+        groups = GroupsContext(self.groups, self.topics, self.write_offsets_records)
         return HandlerContexts(
             supported=self.supported,
-            admin=AdminContext(self.node, self.config, topics),
+            admin=AdminContext(self.node, self.config, self.topics),
             data=DataContext(
                 self.config,
-                topics,
+                self.topics,
                 self.transactions.coordinator,
                 Durability(self.make_durable, self.committer.wait_durable, self.not_durable_code),
                 self.clock,
             ),
-            groups=GroupContext(self.groups, topics, self.write_offsets_records),
-            txn=TxnContext(
-                self.transactions.coordinator,
-                self.transactions,
-                self.groups,
-                topics,
-                self.write_offsets_records,
-            ),
+            groups=groups,
+            txn=TxnContext(self.transactions.coordinator, self.transactions, groups),
         )
 
     def internal_log(self, topic: str, segment_bytes: int) -> CoordinatorLog:

@@ -19,18 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from onceflow.broker.handlers.configs import BROKER, TOPIC, resource_result
 from onceflow.broker.handlers.context import AdminContext
-from onceflow.broker.handlers.responses import response_class
+from onceflow.broker.handlers.responses import response_classes
 from onceflow.broker.handlers.topics_admin import topic_error_code
 from onceflow.broker.topics import ConfigUpdate, InvalidConfigError, TopicError
-from onceflow.protocol.entities import build, sibling
+from onceflow.protocol.entities import build
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
 
-TOPIC = 2
-BROKER = 4
-BROKER_LOGGER = 8
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
@@ -223,19 +221,9 @@ def _quote(names: list[str]) -> str:
 
 
 def _response(request: Request, resources: list[Any], outcomes: list[Outcome | None]) -> Any:
-    cls = response_class(request)
-    entry_cls = sibling(cls, "AlterConfigsResourceResponse")
+    cls, entry_cls = response_classes(request, "AlterConfigsResourceResponse")
     entries = []
     for resource, outcome in zip(resources, outcomes, strict=True):
         assert outcome is not None
-        code, message = outcome
-        entries.append(
-            build(
-                entry_cls,
-                error_code=code,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-            )
-        )
+        entries.append(resource_result(entry_cls, resource, *outcome))
     return build(cls, throttle_time=datetime.timedelta(0), responses=tuple(entries))

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.handlers.context import AdminContext
-from onceflow.broker.handlers.responses import response_class
-from onceflow.protocol.entities import build, sibling
+from onceflow.broker.handlers.responses import response_classes
+from onceflow.protocol.entities import build
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
@@ -21,13 +21,27 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 
+def resource_result(
+    cls: type, resource: Any, error: ErrorCode, message: str | None, **values: Any
+) -> Any:
+    """A config API's answer for one resource: the resource as the request named it, and its
+    error (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs)."""
+    return build(
+        cls,
+        error_code=error,
+        error_message=message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        **values,
+    )
+
+
 def handle_describe_configs(ctx: AdminContext, request: Request) -> Any:
-    req = request.body
-    cls = response_class(request)
-    result_cls = sibling(cls, "DescribeConfigsResult")
-    entry_cls = sibling(cls, "DescribeConfigsResourceResult")
+    cls, result_cls, entry_cls = response_classes(
+        request, "DescribeConfigsResult", "DescribeConfigsResourceResult"
+    )
     results = []
-    for resource in req.resources:
+    for resource in request.body.resources:
         error, message = ErrorCode.none, None
         entries: dict[str, tuple[str, int]] = {}
         if resource.resource_type == TOPIC:
@@ -71,14 +85,5 @@ def handle_describe_configs(ctx: AdminContext, request: Request) -> Any:
             for k, (v, source) in sorted(entries.items())
             if not keys or k in keys
         )
-        results.append(
-            build(
-                result_cls,
-                error_code=error,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                configs=configs,
-            )
-        )
+        results.append(resource_result(result_cls, resource, error, message, configs=configs))
     return build(cls, throttle_time=datetime.timedelta(0), results=tuple(results))

@@ -19,10 +19,11 @@ from onceflow.broker.append_outcome import TransactionChecks
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.partition import Partition
 from onceflow.broker.topics import TopicRegistry
+from onceflow.broker.transactions import Transactions
 from onceflow.clock import Clock
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.log.partition_log import PartitionLog
-from onceflow.txn.coordinator import CoordinatorResult, TransactionCoordinator
+from onceflow.txn.coordinator import TransactionCoordinator
 
 # The versions of each implemented API, by key: what ApiVersions advertises.
 SupportedVersions = Mapping[int, tuple[int, int]]
@@ -54,35 +55,9 @@ class Durability:
     not_durable_code: Callable[[Partition, BaseException], ErrorCode]
 
 
-class OffsetsWriter(Protocol):
-    """Append a group coordinator's records to the offsets log, then (once durable) replay
-    them and answer `response`; transactional when a producer id is given."""
-
-    def __call__(
-        self,
-        records: list[tuple[bytes, bytes | None]],
-        response: Any,
-        *,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
-    ) -> Any: ...
-
-
-class TransactionDriver(Protocol):
-    """The transaction coordinator at work (broker/transactions.py), as handlers use it."""
-
-    async def run(self, result: CoordinatorResult[Any], *, bounded: bool = True) -> Any: ...
-
-    def pending_markers(self, transactional_id: str | None) -> asyncio.Task[None] | None: ...
-
-    def verify_partition(
-        self,
-        transactional_id: str | None,
-        producer_id: int,
-        producer_epoch: int,
-        topic: str,
-        index: int,
-    ) -> bool: ...
+# Broker.write_offsets_records: append a group coordinator's records to the offsets log, then
+# (once durable) replay them and answer the response given; transactional with a producer id.
+OffsetsWriter = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -106,23 +81,22 @@ class DataContext:
 
 
 @dataclass(frozen=True)
-class GroupContext:
+class GroupsContext:
     """The classic group protocol and committed offsets."""
 
-    groups: GroupCoordinator
+    coordinator: GroupCoordinator
     partitions: PartitionLookup
     write_offsets: OffsetsWriter
 
 
 @dataclass(frozen=True)
 class TxnContext:
-    """The transaction APIs of producers and of admin tools."""
+    """The transaction APIs of producers and of admin tools; TxnOffsetCommit is the group
+    coordinator's offset commit made inside a transaction, hence the groups' context."""
 
     coordinator: TransactionCoordinator
-    driver: TransactionDriver
-    groups: GroupCoordinator
-    partitions: PartitionLookup
-    write_offsets: OffsetsWriter
+    driver: Transactions  # runs the coordinator's results: log, durability, markers
+    groups: GroupsContext
 
 
 @dataclass(frozen=True)
@@ -132,5 +106,5 @@ class HandlerContexts:
     supported: SupportedVersions
     admin: AdminContext
     data: DataContext
-    groups: GroupContext
+    groups: GroupsContext
     txn: TxnContext

@@ -22,31 +22,19 @@ def handle_find_coordinator(ctx: AdminContext, request: Request) -> Any:
     req = request.body
     cls = response_class(request)
     key_type = getattr(req, "key_type", GROUP)
-    error = ErrorCode.none if key_type in (GROUP, TRANSACTION) else ErrorCode.invalid_request
-    node = ctx.node.node_id if error == ErrorCode.none else -1
-    host = ctx.node.host if error == ErrorCode.none else ""
-    port = ctx.node.port if error == ErrorCode.none else -1
+    known = key_type in (GROUP, TRANSACTION)
+    found = {
+        "node_id": ctx.node.node_id if known else -1,
+        "host": ctx.node.host if known else "",
+        "port": ctx.node.port if known else -1,
+        "error_code": ErrorCode.none if known else ErrorCode.invalid_request,
+        "error_message": None,
+    }
     if request.api_version >= 4:
+        # Batched (KIP-699): one answer per key, each the same.
         coordinator_cls = sibling(cls, "Coordinator")
         coordinators = tuple(
-            build(
-                coordinator_cls,
-                key=key,
-                node_id=node,
-                host=host,
-                port=port,
-                error_code=error,
-                error_message=None,
-            )
-            for key in req.coordinator_keys
+            build(coordinator_cls, key=key, **found) for key in req.coordinator_keys
         )
         return build(cls, throttle_time=datetime.timedelta(0), coordinators=coordinators)
-    return build(
-        cls,
-        throttle_time=datetime.timedelta(0),
-        error_code=error,
-        error_message=None,
-        node_id=node,
-        host=host,
-        port=port,
-    )
+    return build(cls, throttle_time=datetime.timedelta(0), **found)

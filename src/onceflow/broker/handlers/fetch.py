@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.handlers.context import DataContext
-from onceflow.broker.handlers.responses import response_class
+from onceflow.broker.handlers.responses import response_classes
 from onceflow.log.errors import DescriptorsExhaustedError, OffsetOutOfRangeError
-from onceflow.protocol.entities import build, sibling
+from onceflow.protocol.entities import build
 
 if TYPE_CHECKING:
     from onceflow.broker.topics import Partition
@@ -57,10 +57,9 @@ def _resolve(ctx: DataContext, req: Any, by_id: bool) -> list[list[_Wanted]]:
 def _read(ctx: DataContext, request: Request, wanted: list[list[_Wanted]]) -> tuple[Any, int, bool]:
     """Build the response from the logs now: (response, bytes of records, any error)."""
     req = request.body
-    cls = response_class(request)
-    topic_cls = sibling(cls, "FetchableTopicResponse")
-    part_cls = sibling(cls, "PartitionData")
-    aborted_cls = sibling(cls, "AbortedTransaction")
+    cls, topic_cls, part_cls, aborted_cls = response_classes(
+        request, "FetchableTopicResponse", "PartitionData", "AbortedTransaction"
+    )
     read_committed = req.isolation_level == READ_COMMITTED
     budget = response_bytes_bound(ctx.config.fetch_max_bytes, request)
     total = 0

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.handlers.context import GroupContext
-from onceflow.broker.handlers.responses import response_class
+from onceflow.broker.handlers.context import GroupsContext, PartitionLookup
+from onceflow.broker.handlers.responses import (
+    by_topic,
+    partition_errors,
+    response_class,
+)
 from onceflow.groups.coordinator import CoordinatorLoadInProgressError
 from onceflow.groups.offsets import OffsetAndMetadata, OffsetFetchEntry, TopicPartition
 from onceflow.protocol.entities import build, sibling
@@ -21,7 +24,7 @@ ZERO = datetime.timedelta(0)
 
 
 def requested_offsets(
-    ctx: GroupContext, topics: Any
+    partitions: PartitionLookup, topics: Any
 ) -> tuple[dict[TopicPartition, OffsetAndMetadata], dict[TopicPartition, ErrorCode]]:
     """The offsets of an (Txn)OffsetCommit request, and errors for partitions that do not exist."""
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -29,7 +32,7 @@ def requested_offsets(
     for t in topics:
         for p in t.partitions:
             tp = (t.name, p.partition_index)
-            if ctx.partitions.partition(t.name, p.partition_index) is None:
+            if partitions.partition(t.name, p.partition_index) is None:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
                 continue
             offsets[tp] = OffsetAndMetadata(
@@ -41,26 +44,18 @@ def requested_offsets(
 
 
 def commit_response(cls: type, errors: dict[TopicPartition, ErrorCode]) -> Any:
+    """An (Txn)OffsetCommit response: an error code per partition."""
     topic_cls = sibling(cls, cls.__name__.replace("Response", "ResponseTopic"))
     part_cls = sibling(cls, cls.__name__.replace("Response", "ResponsePartition"))
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (topic, partition), error in errors.items():
-        by_topic[topic].append(build(part_cls, partition_index=partition, error_code=error))
-    return build(
-        cls,
-        throttle_time=ZERO,
-        topics=tuple(
-            build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
-        ),
-    )
+    return build(cls, throttle_time=ZERO, topics=partition_errors(errors, topic_cls, part_cls))
 
 
-def handle_offset_commit(ctx: GroupContext, request: Request) -> Any:
+def handle_offset_commit(ctx: GroupsContext, request: Request) -> Any:
     req = request.body
-    offsets, errors = requested_offsets(ctx, req.topics)
+    offsets, errors = requested_offsets(ctx.partitions, req.topics)
     retention = getattr(req, "retention_time", None)
     retention_ms = -1 if retention is None else int(retention.total_seconds() * 1000)
-    result = ctx.groups.commit_offsets(
+    result = ctx.coordinator.commit_offsets(
         req.group_id,
         req.generation_id_or_member_epoch,
         req.member_id,
@@ -75,13 +70,13 @@ def handle_offset_commit(ctx: GroupContext, request: Request) -> Any:
 
 
 def _fetch_group(
-    ctx: GroupContext, group_id: str, topics: Any, require_stable: bool
+    ctx: GroupsContext, group_id: str, topics: Any, require_stable: bool
 ) -> tuple[ErrorCode, dict[TopicPartition, OffsetFetchEntry]]:
     partitions = (
         None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     )
     try:
-        return ErrorCode.none, ctx.groups.fetch_offsets(group_id, partitions, require_stable)
+        return ErrorCode.none, ctx.coordinator.fetch_offsets(group_id, partitions, require_stable)
     except CoordinatorLoadInProgressError:
         return ErrorCode.coordinator_load_in_progress, {}
 
@@ -89,10 +84,10 @@ def _fetch_group(
 def _topics(
     cls: type, topic_name: str, part_name: str, entries: dict[TopicPartition, OffsetFetchEntry]
 ) -> tuple[Any, ...]:
-    topic_cls, part_cls = sibling(cls, topic_name), sibling(cls, part_name)
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (topic, partition), e in entries.items():
-        by_topic[topic].append(
+    part_cls = sibling(cls, part_name)
+    parts = (
+        (
+            topic,
             build(
                 part_cls,
                 partition_index=partition,
@@ -100,12 +95,14 @@ def _topics(
                 committed_leader_epoch=e.leader_epoch,
                 metadata=e.metadata,
                 error_code=e.error,
-            )
+            ),
         )
-    return tuple(build(topic_cls, name=n, partitions=tuple(ps)) for n, ps in by_topic.items())
+        for (topic, partition), e in entries.items()
+    )
+    return by_topic(parts, sibling(cls, topic_name))
 
 
-def handle_offset_fetch(ctx: GroupContext, request: Request) -> Any:
+def handle_offset_fetch(ctx: GroupsContext, request: Request) -> Any:
     req = request.body
     cls = response_class(request)
     require_stable = getattr(req, "require_stable", False)

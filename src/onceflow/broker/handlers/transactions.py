@@ -7,21 +7,26 @@ import asyncio
 import datetime
 import inspect
 import logging
-from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.handlers.context import TxnContext
+from onceflow.broker.handlers.context import DataContext, TxnContext
 from onceflow.broker.handlers.offsets import commit_response, requested_offsets
-from onceflow.broker.handlers.responses import response_class
+from onceflow.broker.handlers.responses import (
+    build_from,
+    partition_errors,
+    response_class,
+    response_classes,
+)
 from onceflow.broker.transactions import (
     HELD_REQUEST_TIMEOUT_S,
     OFFSETS_TOPIC,
     CoordinatorUnavailableError,
 )
-from onceflow.protocol.entities import build, sibling
+from onceflow.coordinator_result import CoordinatorResult
+from onceflow.protocol.entities import build
 from onceflow.txn.coordinator import InitProducerIdResponse, error_for_version
 
 if TYPE_CHECKING:
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ZERO = datetime.timedelta(0)
+T = TypeVar("T")
 
 
 def _ms(delta: datetime.timedelta) -> int:
@@ -85,11 +91,21 @@ def _init(ctx: TxnContext, request: Request) -> Any:
     return _init_response(ctx, request, result)
 
 
-async def _init_response(ctx: TxnContext, request: Request, result: Any) -> Any:
+async def _run(
+    ctx: TxnContext, result: CoordinatorResult[T], unavailable: Callable[[ErrorCode], T]
+) -> T:
+    """The coordinator's result run by the driver (written, durable, replayed); when it could not
+    be written, what `unavailable` makes of COORDINATOR_NOT_AVAILABLE."""
     try:
-        answer = await ctx.driver.run(result)
+        return await ctx.driver.run(result)
     except CoordinatorUnavailableError as e:
-        answer = InitProducerIdResponse(e.error_code)
+        return unavailable(e.error_code)
+
+
+async def _init_response(
+    ctx: TxnContext, request: Request, result: CoordinatorResult[InitProducerIdResponse]
+) -> Any:
+    answer = await _run(ctx, result, InitProducerIdResponse)
     if answer.error == ErrorCode.none and request.body.transactional_id:
         # As Kafka logs it: the epochs a transactional id was given, for post-mortems.
         log.info(
@@ -102,12 +118,11 @@ async def _init_response(ctx: TxnContext, request: Request, result: Any) -> Any:
 
 
 def _init_answer(request: Request, answer: InitProducerIdResponse) -> Any:
-    return build(
+    return build_from(
         response_class(request),
+        answer,
         throttle_time=ZERO,
         error_code=error_for_version(answer.error, request.api_key, request.api_version),
-        producer_id=answer.producer_id,
-        producer_epoch=answer.producer_epoch,
     )
 
 
@@ -128,7 +143,7 @@ def _every_partition(request: Request, error: ErrorCode) -> dict[tuple[str, int]
 def _add_partitions(ctx: TxnContext, request: Request) -> Any:
     req = request.body
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if ctx.partitions.partition(*tp) is None}
+    unknown = {tp for tp in wanted if ctx.groups.partitions.partition(*tp) is None}
     if unknown:
         # As Kafka: nothing is added; unknown partitions fail, the others are not attempted.
         errors = {
@@ -147,32 +162,30 @@ def _add_partitions(ctx: TxnContext, request: Request) -> Any:
     return _add_partitions_later(ctx, request, result)
 
 
-async def _add_partitions_later(ctx: TxnContext, request: Request, result: Any) -> Any:
-    try:
-        errors = await ctx.driver.run(result)
-    except CoordinatorUnavailableError as e:
-        errors = _every_partition(request, e.error_code)
+async def _add_partitions_later(
+    ctx: TxnContext, request: Request, result: CoordinatorResult[dict[tuple[str, int], ErrorCode]]
+) -> Any:
+    errors = await _run(ctx, result, lambda error: _every_partition(request, error))
     return _add_partitions_response(request, errors)
 
 
 def _add_partitions_response(request: Request, errors: dict[tuple[str, int], ErrorCode]) -> Any:
-    cls = response_class(request)
-    topic_cls = sibling(cls, "AddPartitionsToTxnTopicResult")
-    part_cls = sibling(cls, "AddPartitionsToTxnPartitionResult")
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (topic, partition), error in errors.items():
-        by_topic[topic].append(
-            build(
-                part_cls,
-                partition_index=partition,
-                partition_error_code=error_for_version(error, request.api_key, request.api_version),
-            )
-        )
+    cls, topic_cls, part_cls = response_classes(
+        request, "AddPartitionsToTxnTopicResult", "AddPartitionsToTxnPartitionResult"
+    )
+    answered = {
+        tp: error_for_version(error, request.api_key, request.api_version)
+        for tp, error in errors.items()
+    }
     return build(
         cls,
         throttle_time=ZERO,
-        results_by_topic_v3_and_below=tuple(
-            build(topic_cls, name=n, results_by_partition=tuple(ps)) for n, ps in by_topic.items()
+        results_by_topic_v3_and_below=partition_errors(
+            answered,
+            topic_cls,
+            part_cls,
+            partitions="results_by_partition",
+            error="partition_error_code",
         ),
     )
 
@@ -199,12 +212,8 @@ def handle_end_txn(ctx: TxnContext, request: Request) -> Any:
     return _simple_later(ctx, request, result)
 
 
-async def _simple_later(ctx: TxnContext, request: Request, result: Any) -> Any:
-    try:
-        error = await ctx.driver.run(result)
-    except CoordinatorUnavailableError as e:
-        error = e.error_code
-    return _simple_answer(request, error)
+async def _simple_later(ctx: TxnContext, request: Request, result: CoordinatorResult[Any]) -> Any:
+    return _simple_answer(request, await _run(ctx, result, lambda error: error))
 
 
 def _simple_answer(request: Request, error: ErrorCode) -> Any:
@@ -218,13 +227,12 @@ def _simple_answer(request: Request, error: ErrorCode) -> Any:
 def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
     req = request.body
     cls = response_class(request)
-    offsets, errors = requested_offsets(ctx, req.topics)
-    coordinator = ctx.coordinator
+    offsets, errors = requested_offsets(ctx.groups.partitions, req.topics)
     if not ctx.driver.verify_partition(
         req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, 0
     ):
         # The offsets partition must be in the transaction (AddOffsetsToTxn first).
-        meta = coordinator.get(req.transactional_id)
+        meta = ctx.coordinator.get(req.transactional_id)
         error = ErrorCode.invalid_txn_state
         if meta is None or meta.producer_id != req.producer_id:
             error = ErrorCode.invalid_producer_id_mapping
@@ -234,7 +242,7 @@ def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
             )
         errors.update(dict.fromkeys(offsets, error))
         return commit_response(cls, errors)
-    result = ctx.groups.txn_commit_offsets(
+    result = ctx.groups.coordinator.txn_commit_offsets(
         req.transactional_id,
         req.group_id,
         req.producer_id,
@@ -246,25 +254,21 @@ def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
     )
     errors.update(result.response)
     response = commit_response(cls, errors)
-    return ctx.write_offsets(
+    return ctx.groups.write_offsets(
         result.records, response, producer_id=req.producer_id, producer_epoch=req.producer_epoch
     )
 
 
 def handle_describe_transactions(ctx: TxnContext, request: Request) -> Any:
-    cls = response_class(request)
-    state_cls = sibling(cls, "TransactionState")
-    topic_cls = sibling(cls, "TopicData")
+    cls, state_cls, topic_cls = response_classes(request, "TransactionState", "TopicData")
     states = tuple(
-        build(
+        build_from(
             state_cls,
+            d,
             error_code=d.error,
-            transactional_id=d.transactional_id,
             transaction_state=d.state,
             transaction_timeout=datetime.timedelta(milliseconds=d.transaction_timeout_ms),
             transaction_start_time=_datetime(d.transaction_start_time_ms),
-            producer_id=d.producer_id,
-            producer_epoch=d.producer_epoch,
             topics=tuple(build(topic_cls, topic=t, partitions=ps) for t, ps in d.topics),
         )
         for d in ctx.coordinator.describe(list(request.body.transactional_ids))
@@ -272,11 +276,9 @@ def handle_describe_transactions(ctx: TxnContext, request: Request) -> Any:
     return build(cls, throttle_time=ZERO, transaction_states=states)
 
 
-def handle_list_transactions(ctx: TxnContext, request: Request) -> Any:
-    req = request.body
-    cls = response_class(request)
-    state_cls = sibling(cls, "TransactionState")
-    known = {
+# The states ListTransactions filters on; others are answered as unknown state filters.
+_KNOWN_STATES = frozenset(
+    {
         "Empty",
         "Ongoing",
         "PrepareCommit",
@@ -286,6 +288,12 @@ def handle_list_transactions(ctx: TxnContext, request: Request) -> Any:
         "Dead",
         "PrepareEpochFence",
     }
+)
+
+
+def handle_list_transactions(ctx: TxnContext, request: Request) -> Any:
+    req = request.body
+    cls, state_cls = response_classes(request, "TransactionState")
     listings = ctx.coordinator.list(
         req.state_filters, req.producer_id_filters, getattr(req, "duration_filter", -1)
     )
@@ -293,60 +301,39 @@ def handle_list_transactions(ctx: TxnContext, request: Request) -> Any:
         cls,
         throttle_time=ZERO,
         error_code=ErrorCode.none,
-        unknown_state_filters=tuple(s for s in req.state_filters if s not in known),
+        unknown_state_filters=tuple(s for s in req.state_filters if s not in _KNOWN_STATES),
         transaction_states=tuple(
-            build(
-                state_cls,
-                transactional_id=t.transactional_id,
-                producer_id=t.producer_id,
-                transaction_state=t.state,
-            )
-            for t in listings
+            build_from(state_cls, t, transaction_state=t.state) for t in listings
         ),
     )
 
 
-def handle_describe_producers(ctx: TxnContext, request: Request) -> Any:
-    cls = response_class(request)
-    topic_cls = sibling(cls, "TopicResponse")
-    part_cls = sibling(cls, "PartitionResponse")
-    producer_cls = sibling(cls, "ProducerState")
-    topics = []
-    for t in request.body.topics:
-        parts = []
-        for index in t.partition_indexes:
-            partition = ctx.partitions.partition(t.name, index)
-            if partition is None:
-                parts.append(
-                    build(
-                        part_cls,
-                        partition_index=index,
-                        error_code=ErrorCode.unknown_topic_or_partition,
-                        error_message=None,
-                        active_producers=(),
-                    )
-                )
-                continue
-            producers = tuple(
-                build(
-                    producer_cls,
-                    producer_id=p.producer_id,
-                    producer_epoch=p.producer_epoch,
-                    last_sequence=p.last_sequence,
-                    last_timestamp=p.last_timestamp,
-                    coordinator_epoch=p.coordinator_epoch,
-                    current_txn_start_offset=p.current_txn_start_offset,
-                )
-                for p in partition.producers.producers()
-            )
-            parts.append(
-                build(
-                    part_cls,
-                    partition_index=index,
-                    error_code=ErrorCode.none,
-                    error_message=None,
-                    active_producers=producers,
-                )
-            )
-        topics.append(build(topic_cls, name=t.name, partitions=tuple(parts)))
-    return build(cls, throttle_time=ZERO, topics=tuple(topics))
+def handle_describe_producers(ctx: DataContext, request: Request) -> Any:
+    """The producers' state of each partition (Kafka's partition-level DescribeProducers)."""
+    cls, topic_cls, part_cls, producer_cls = response_classes(
+        request, "TopicResponse", "PartitionResponse", "ProducerState"
+    )
+
+    def described(topic: str, index: int) -> Any:
+        partition = ctx.topics.partition(topic, index)
+        error, producers = ErrorCode.unknown_topic_or_partition, ()
+        if partition is not None:
+            error = ErrorCode.none
+            producers = tuple(build_from(producer_cls, p) for p in partition.producers.producers())
+        return build(
+            part_cls,
+            partition_index=index,
+            error_code=error,
+            error_message=None,
+            active_producers=producers,
+        )
+
+    topics = tuple(
+        build(
+            topic_cls,
+            name=t.name,
+            partitions=tuple(described(t.name, i) for i in t.partition_indexes),
+        )
+        for t in request.body.topics
+    )
+    return build(cls, throttle_time=ZERO, topics=topics)

@@ -17,10 +17,10 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.durability import NotDurableError
 from onceflow.broker.handlers.context import DataContext
-from onceflow.broker.handlers.responses import response_class
+from onceflow.broker.handlers.responses import partition_errors, response_classes
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.log.errors import DescriptorsExhaustedError
-from onceflow.protocol.entities import build, sibling
+from onceflow.protocol.entities import build
 from onceflow.txn.coordinator import OFFSETS_TOPIC
 from onceflow.txn.errors import TxnError
 
@@ -113,25 +113,18 @@ async def _answer_when_durable(
 
 
 def _response(request: Request, results: list[dict[tuple[str, int], ErrorCode]]) -> Any:
-    cls = response_class(request)
-    marker_cls = sibling(cls, "WritableTxnMarkerResult")
-    topic_cls = sibling(cls, "WritableTxnMarkerTopicResult")
-    part_cls = sibling(cls, "WritableTxnMarkerPartitionResult")
-    markers = []
-    for marker, errors in zip(request.body.markers, results, strict=True):
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, index), error in errors.items():
-            by_topic.setdefault(topic, []).append(
-                build(part_cls, partition_index=index, error_code=error)
-            )
-        markers.append(
-            build(
-                marker_cls,
-                producer_id=marker.producer_id,
-                topics=tuple(
-                    build(topic_cls, name=name, partitions=tuple(parts))
-                    for name, parts in by_topic.items()
-                ),
-            )
+    cls, marker_cls, topic_cls, part_cls = response_classes(
+        request,
+        "WritableTxnMarkerResult",
+        "WritableTxnMarkerTopicResult",
+        "WritableTxnMarkerPartitionResult",
+    )
+    markers = tuple(
+        build(
+            marker_cls,
+            producer_id=marker.producer_id,
+            topics=partition_errors(errors, topic_cls, part_cls),
         )
-    return build(cls, markers=tuple(markers))
+        for marker, errors in zip(request.body.markers, results, strict=True)
+    )
+    return build(cls, markers=markers)
