@@ -227,8 +227,14 @@ def test_transactions(broker: EmbeddedBroker, topic_name: str):
     assert values == [b"o0", b"o1", b"o2", b"plain"]
     assert after[0] > 0
     opened.commit_transaction(10)
-    values = [r[2] for r in read(bootstrap, topic_name, committed=True) if r[1] == b"open"]
-    assert values in ([b"o0", b"o1", b"o2", b"plain"], [b"plain"])
+
+    def committed_open() -> bool:
+        values = [r[2] for r in read(bootstrap, topic_name, committed=True) if r[1] == b"open"]
+        return values in ([b"o0", b"o1", b"o2", b"plain"], [b"plain"])
+
+    # EndTxn is answered once PrepareCommit is durable, as in Kafka; the COMMIT marker, which
+    # moves the last stable offset past the transaction, is written after.
+    wait_for(committed_open, what="the committed transaction visible to read_committed")
 
 
 # -- producer state, crashes, deletion ------------------------------------------------------

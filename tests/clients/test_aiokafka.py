@@ -15,10 +15,9 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import CommitFailedError
 from aiokafka.structs import OffsetAndMetadata
 
+from onceflow.protocol.api_key import ApiKey
 from tests.broker.test_hostile_input import api_versions
 from tests.clients.test_kafka_python import assert_idempotent, stored_codecs
-
-INIT_PRODUCER_ID = 22
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
@@ -140,7 +139,7 @@ def test_produce_and_consume_by_assignment_each_codec(
 
 
 def test_idempotent_producer(bootstrap: str, topic_name: str) -> None:
-    if INIT_PRODUCER_ID not in api_versions(bootstrap):
+    if ApiKey.INIT_PRODUCER_ID not in api_versions(bootstrap):
         pytest.skip("the broker does not advertise InitProducerId yet")
 
     async def scenario() -> None:

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.protocol.api_key import ApiKey
 from tests.broker.test_hostile_input import WireClient, api_versions, request_frame
 from tests.clients.test_kafka_python import subscribe
 from tests.waiting import wait_for
@@ -183,7 +184,7 @@ def confluent_session(p: Proxied, topic: str) -> None:
     consumer.subscribe([topic])
     got: list[bytes] = []
     wait_for(
-        lambda: len(got) == RECORDS and p.proxy.seen(12),
+        lambda: len(got) == RECORDS and p.proxy.seen(ApiKey.HEARTBEAT),
         poll=lambda: got.extend(m.value() for m in consumer.consume(100, 0.1) if m.error() is None),
     )
     consumer.commit(asynchronous=False)
@@ -214,7 +215,7 @@ def kafka_python_session(p: Proxied, topic: str) -> None:
     subscribe(consumer, topic)
     got: list[bytes] = []
     wait_for(
-        lambda: len(got) == RECORDS and p.proxy.seen(12),
+        lambda: len(got) == RECORDS and p.proxy.seen(ApiKey.HEARTBEAT),
         poll=lambda: [got.extend(m.value for m in ms) for ms in consumer.poll(100).values()],
     )
     consumer.commit()
@@ -250,7 +251,7 @@ def aiokafka_session(p: Proxied, topic: str) -> None:
         await consumer.start()
         got: list[bytes] = []
         async with asyncio.timeout(30):
-            while len(got) < RECORDS or not p.proxy.seen(12):
+            while len(got) < RECORDS or not p.proxy.seen(ApiKey.HEARTBEAT):
                 for msgs in (await consumer.getmany(timeout_ms=100)).values():
                     got.extend(m.value for m in msgs)
         await consumer.commit()

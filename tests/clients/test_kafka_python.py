@@ -19,13 +19,12 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import CommitFailedError
 from kafka.structs import OffsetAndMetadata
 
+from onceflow.protocol.api_key import ApiKey
 from onceflow.records.batch import BatchHeader, iter_batches
 from onceflow.records.compression import CompressionType
 from tests.broker.test_confluent_client import consume_all
 from tests.broker.test_hostile_input import WireClient, api_versions
 from tests.waiting import wait_for
-
-INIT_PRODUCER_ID = 22
 
 
 @pytest.fixture
@@ -231,7 +230,7 @@ def test_produce_and_consume_each_codec(
 def test_default_idempotent_producer(
     bootstrap: str, admin: KafkaAdminClient, topic_name: str
 ) -> None:
-    if INIT_PRODUCER_ID not in api_versions(bootstrap):
+    if ApiKey.INIT_PRODUCER_ID not in api_versions(bootstrap):
         pytest.skip(
             "the broker does not advertise InitProducerId yet: kafka-python's default "
             "(idempotent) producer needs it; the tests above set enable_idempotence=False"

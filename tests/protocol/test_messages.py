@@ -16,7 +16,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.serial import entity_writer
 
 from onceflow.broker.dispatch import supported_versions
-from onceflow.broker.server import Broker  # noqa: F401  (registers the handlers)
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.errors import (
     FrameTooLargeError,
     MalformedRequestError,
@@ -49,15 +49,19 @@ def test_parse_flexible_request_golden() -> None:
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
-    frame = header_v2(3, 12, 42, "cli") + body_bytes(body)
+    frame = header_v2(ApiKey.METADATA, 12, 42, "cli") + body_bytes(body)
     request = parse_request(frame, SUPPORTED)
-    assert (request.api_key, request.api_version, request.correlation_id) == (3, 12, 42)
+    assert (request.api_key, request.api_version, request.correlation_id) == (
+        ApiKey.METADATA,
+        12,
+        42,
+    )
     assert request.client_id == "cli" and request.flexible
     assert request.body == body
 
 
 def test_api_versions_of_unknown_version_is_parsed_as_v0() -> None:
-    frame = header_v2(18, 99, 7, "future-client") + body_bytes(
+    frame = header_v2(ApiKey.API_VERSIONS, 99, 7, "future-client") + body_bytes(
         ApiVersionsRequest(client_software_name="x", client_software_version="1")
     )
     request = parse_request(frame, SUPPORTED)
@@ -68,13 +72,13 @@ def test_api_versions_of_unknown_version_is_parsed_as_v0() -> None:
 def test_unknown_api_key_and_version_are_refused() -> None:
     with pytest.raises(UnknownApiKeyError):
         parse_request(struct.pack(">hhih", 999, 0, 1, -1), SUPPORTED)
-    _, high = SUPPORTED[3]
+    _, high = SUPPORTED[ApiKey.METADATA]
     with pytest.raises(UnsupportedVersionError):
-        parse_request(struct.pack(">hhih", 3, high + 1, 1, -1), SUPPORTED)
+        parse_request(struct.pack(">hhih", ApiKey.METADATA, high + 1, 1, -1), SUPPORTED)
 
 
 def test_truncated_body_is_malformed() -> None:
-    frame = header_v2(3, 12, 1, None) + b"\x05"  # claims 4 topics, has none
+    frame = header_v2(ApiKey.METADATA, 12, 1, None) + b"\x05"  # claims 4 topics, has none
     with pytest.raises(MalformedRequestError):
         parse_request(frame, SUPPORTED)
 
@@ -88,7 +92,7 @@ def test_frame_size_checked_before_reading() -> None:
 
 
 def test_response_header_versions() -> None:
-    cls = response_type(18, 3)
+    cls = response_type(ApiKey.API_VERSIONS, 3)
     body = cls(
         error_code=ErrorCode.none,
         api_keys=(),
@@ -98,12 +102,12 @@ def test_response_header_versions() -> None:
         finalized_features=(),
         zk_migration_ready=False,
     )
-    flexible = Request(18, 3, 9, None, None, True, 0)
+    flexible = Request(ApiKey.API_VERSIONS, 3, 9, None, None, True, 0)
     out = encode_response(flexible, body)
     # ApiVersions answers always carry header v0: size, correlation id, then the body.
     assert struct.unpack_from(">ii", out) == (len(out) - 4, 9)
     assert out[8:] == body_bytes(body)
-    meta_cls = response_type(3, 12)
+    meta_cls = response_type(ApiKey.METADATA, 12)
     meta = meta_cls(
         throttle_time=datetime.timedelta(0),
         brokers=(),
@@ -111,7 +115,7 @@ def test_response_header_versions() -> None:
         controller_id=-1,
         topics=(),
     )
-    out = encode_response(Request(3, 12, 5, None, None, True, 0), meta)
+    out = encode_response(Request(ApiKey.METADATA, 12, 5, None, None, True, 0), meta)
     assert out[8:9] == b"\x00" and out[9:] == body_bytes(meta)
 
 

@@ -21,9 +21,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
 from kio.serial import entity_writer
 
-from onceflow.broker import handlers  # noqa: F401  (fills the table of implemented APIs)
 from onceflow.broker.dispatch import supported_versions
 from onceflow.cli.transactions import describe_producers, describe_transactions
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.client import (
     BrokerConnection,
     BrokerConnectionError,
@@ -39,11 +39,6 @@ from onceflow.protocol.messages import encode_response, parse_request
 from tests.broker.test_confluent_client import create_topic
 from tests.waiting import wait_for
 
-LIST_OFFSETS = 2
-WRITE_TXN_MARKERS = 27
-DESCRIBE_PRODUCERS = 61
-DESCRIBE_TRANSACTIONS = 65
-LIST_TRANSACTIONS = 66
 READ_COMMITTED = 1
 LATEST = -1
 
@@ -105,7 +100,7 @@ def last_stable_offset(client: KafkaClient, topic: str, partition: int) -> int:
             ),
         )
 
-    response = client.call_leader(topic, partition, LIST_OFFSETS, make, min_version=2)
+    response = client.call_leader(topic, partition, ApiKey.LIST_OFFSETS, make, min_version=2)
     answer = response.topics[0].partitions[0]
     assert answer.error_code == ErrorCode.none
     return answer.offset
@@ -135,16 +130,25 @@ def test_negotiates_the_highest_version_both_sides_support(client: KafkaClient) 
     connection = client.any_connection()
     advertised = supported_versions()
     assert connection.api_versions == advertised
-    for api_key in (3, 10, 18, LIST_OFFSETS, WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, 65, 66):
+    for api_key in (
+        ApiKey.METADATA,
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.API_VERSIONS,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.WRITE_TXN_MARKERS,
+        ApiKey.DESCRIBE_PRODUCERS,
+        ApiKey.DESCRIBE_TRANSACTIONS,
+        ApiKey.LIST_TRANSACTIONS,
+    ):
         broker_max = advertised[api_key][1]
         assert connection.version_for(api_key) == min(broker_max, kio_versions(api_key)[1])
-    assert connection.version_for(WRITE_TXN_MARKERS) == 1
+    assert connection.version_for(ApiKey.WRITE_TXN_MARKERS) == 1
     # The caller may cap the version; the request class follows the negotiated one.
-    assert connection.version_for(3, max_version=5) == 5
-    assert connection.request_class(3, max_version=5).__version__ == 5
+    assert connection.version_for(ApiKey.METADATA, max_version=5) == 5
+    assert connection.request_class(ApiKey.METADATA, max_version=5).__version__ == 5
     # A floor above what the broker offers is refused, naming both ranges.
     with pytest.raises(UnsupportedApiError, match=r"\(v0-v1\) and this client \(v2-v2\)"):
-        connection.version_for(LIST_TRANSACTIONS, min_version=2)
+        connection.version_for(ApiKey.LIST_TRANSACTIONS, min_version=2)
 
 
 def test_apis_or_versions_the_broker_lacks_are_refused_before_sending(
@@ -155,10 +159,10 @@ def test_apis_or_versions_the_broker_lacks_are_refused_before_sending(
     with pytest.raises(UnsupportedApiError, match=f"API {missing}"):
         connection.version_for(missing)
     assert not connection.supports(missing)
-    too_new = connection.api_versions[3][1] + 1
-    if too_new <= kio_versions(3)[1]:
+    too_new = connection.api_versions[ApiKey.METADATA][1] + 1
+    if too_new <= kio_versions(ApiKey.METADATA)[1]:
         request = build(
-            load_request_schema(3, too_new),
+            load_request_schema(ApiKey.METADATA, too_new),
             topics=None,
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False,
@@ -202,7 +206,7 @@ def test_transaction_admin_apis_answer_typed_entities(
     try:
         described = client.call_coordinator(
             txn_id,
-            DESCRIBE_TRANSACTIONS,
+            ApiKey.DESCRIBE_TRANSACTIONS,
             lambda cls: build(cls, transactional_ids=(txn_id, "no-such-id")),
         )
         ours, unknown = described.transaction_states
@@ -220,7 +224,7 @@ def test_transaction_admin_apis_answer_typed_entities(
         assert unknown.transaction_start_time == -1
 
         listed = client.call_each_broker(
-            LIST_TRANSACTIONS,
+            ApiKey.LIST_TRANSACTIONS,
             lambda cls: build(
                 cls,
                 state_filters=("Ongoing",),
@@ -235,7 +239,7 @@ def test_transaction_admin_apis_answer_typed_entities(
         producers = client.call_leader(
             topic_name,
             0,
-            DESCRIBE_PRODUCERS,
+            ApiKey.DESCRIBE_PRODUCERS,
             lambda cls: build(
                 cls,
                 topics=(
@@ -280,7 +284,7 @@ def write_txn_markers(
             ),
         )
 
-    response = client.call_leader(topic, partitions[0], WRITE_TXN_MARKERS, make)
+    response = client.call_leader(topic, partitions[0], ApiKey.WRITE_TXN_MARKERS, make)
     (marker,) = response.markers
     assert marker.producer_id == producer_id
     return {p.partition_index: p.error_code for t in marker.topics for p in t.partitions}
@@ -299,7 +303,9 @@ def test_write_txn_markers_aborts_an_open_transaction_and_moves_the_lso(
     try:
         wait_for(lambda: last_stable_offset(client, topic_name, 0) == 0, what="LSO pinned at 0")
         (description,) = client.call_coordinator(
-            txn_id, DESCRIBE_TRANSACTIONS, lambda cls: build(cls, transactional_ids=(txn_id,))
+            txn_id,
+            ApiKey.DESCRIBE_TRANSACTIONS,
+            lambda cls: build(cls, transactional_ids=(txn_id,)),
         ).transaction_states
         pid, epoch = description.producer_id, description.producer_epoch
 
@@ -315,7 +321,7 @@ def test_write_txn_markers_aborts_an_open_transaction_and_moves_the_lso(
         producers = client.call_leader(
             topic_name,
             0,
-            DESCRIBE_PRODUCERS,
+            ApiKey.DESCRIBE_PRODUCERS,
             lambda cls: build(
                 cls,
                 topics=(
@@ -413,7 +419,7 @@ def fake_broker() -> Iterator[Callable[[Answer], FakeBroker]]:
 
 def api_versions_reply(correlation_id: int, version: int, error: ErrorCode, keys: Any) -> bytes:
     """An ApiVersions response: always header v0 (no tagged fields), as Kafka sends it."""
-    cls = load_response_schema(18, version)
+    cls = load_response_schema(ApiKey.API_VERSIONS, version)
     key_cls = sibling(cls, "ApiVersion")
     body = build(
         cls,
@@ -434,22 +440,29 @@ def api_versions_reply(correlation_id: int, version: int, error: ErrorCode, keys
 def test_api_versions_falls_back_to_the_brokers_version(fake_broker: Any) -> None:
     """KIP-511: a broker that does not know our ApiVersions version answers v0 with
     UNSUPPORTED_VERSION and its range; the client asks again at that version."""
-    keys = [(18, 0, 2), (3, 1, 5), (61, 0, 0)]
+    keys = [(ApiKey.API_VERSIONS, 0, 2), (ApiKey.METADATA, 1, 5), (ApiKey.DESCRIBE_PRODUCERS, 0, 0)]
 
     def answer(frame: bytes) -> bytes:
         api_key, version, correlation_id = header_of(frame)
-        assert api_key == 18
+        assert api_key == ApiKey.API_VERSIONS
         if version > 2:
             return api_versions_reply(correlation_id, 0, ErrorCode.unsupported_version, keys[:1])
         return api_versions_reply(correlation_id, version, ErrorCode.none, keys)
 
     fake = fake_broker(answer)
     with BrokerConnection.connect("127.0.0.1", fake.port) as connection:
-        assert fake.requests == [(18, kio_versions(18)[1]), (18, 2)]
-        assert connection.api_versions == {18: (0, 2), 3: (1, 5), 61: (0, 0)}
-        assert connection.version_for(3) == 5
+        assert fake.requests == [
+            (ApiKey.API_VERSIONS, kio_versions(ApiKey.API_VERSIONS)[1]),
+            (ApiKey.API_VERSIONS, 2),
+        ]
+        assert connection.api_versions == {
+            ApiKey.API_VERSIONS: (0, 2),
+            ApiKey.METADATA: (1, 5),
+            ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+        }
+        assert connection.version_for(ApiKey.METADATA) == 5
         with pytest.raises(UnsupportedApiError, match="DescribeTransactions"):
-            connection.version_for(65)
+            connection.version_for(ApiKey.DESCRIBE_TRANSACTIONS)
 
 
 def test_a_silent_broker_times_out(fake_broker: Any) -> None:
@@ -467,7 +480,7 @@ def test_a_broker_that_hangs_up_is_a_connection_error(fake_broker: Any) -> None:
 
 
 def test_an_answer_to_another_request_is_malformed(fake_broker: Any) -> None:
-    keys = [(18, 0, 4)]
+    keys = [(ApiKey.API_VERSIONS, 0, 4)]
     fake = fake_broker(
         lambda frame: api_versions_reply(
             header_of(frame)[2] + 1, header_of(frame)[1], ErrorCode.none, keys
@@ -492,7 +505,14 @@ class FakeCluster:
     with yet), and node 2 coordinates every transactional id."""
 
     TOPIC = "t"
-    SUPPORTED = {18: (0, 3), 3: (1, 12), 10: (0, 6), 61: (0, 0), 65: (0, 0), 66: (0, 1)}
+    SUPPORTED = {
+        ApiKey.API_VERSIONS: (0, 3),
+        ApiKey.METADATA: (1, 12),
+        ApiKey.FIND_COORDINATOR: (0, 6),
+        ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+        ApiKey.LIST_TRANSACTIONS: (0, 1),
+    }
 
     def __init__(self, start: Callable[[Answer], FakeBroker]) -> None:
         self.seen: list[tuple[int, int, Any]] = []  # (node id, api key, request body)
@@ -505,13 +525,13 @@ class FakeCluster:
         def answer(frame: bytes) -> bytes:
             request = parse_request(frame, self.SUPPORTED)
             self.seen.append((node_id, request.api_key, request.body))
-            body = getattr(self, f"_api_{request.api_key}")(node_id, request)
+            body = getattr(self, "_" + ApiKey(request.api_key).name.lower())(node_id, request)
             return encode_response(request, body)[4:]
 
         return answer
 
-    def _api_18(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(18, request.api_version)
+    def _api_versions(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.API_VERSIONS, request.api_version)
         key_cls = sibling(cls, "ApiVersion")
         return build(
             cls,
@@ -527,8 +547,8 @@ class FakeCluster:
             zk_migration_ready=False,
         )
 
-    def _api_3(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(3, request.api_version)
+    def _metadata(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.METADATA, request.api_version)
         broker_cls = sibling(cls, "MetadataResponseBroker")
         topic_cls = sibling(cls, "MetadataResponseTopic")
         part_cls = sibling(cls, "MetadataResponsePartition")
@@ -568,8 +588,8 @@ class FakeCluster:
             cluster_authorized_operations=-2147483648,
         )
 
-    def _api_10(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(10, request.api_version)
+    def _find_coordinator(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.FIND_COORDINATOR, request.api_version)
         coordinator = build(
             sibling(cls, "Coordinator"),
             key=request.body.coordinator_keys[0],
@@ -581,8 +601,8 @@ class FakeCluster:
         )
         return build(cls, throttle_time=datetime.timedelta(0), coordinators=(coordinator,))
 
-    def _api_61(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(61, request.api_version)
+    def _describe_producers(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.DESCRIBE_PRODUCERS, request.api_version)
         topic_cls = sibling(cls, "TopicResponse")
         part_cls = sibling(cls, "PartitionResponse")
         parts = []
@@ -606,8 +626,8 @@ class FakeCluster:
             topics=(build(topic_cls, name=self.TOPIC, partitions=tuple(parts)),),
         )
 
-    def _api_65(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(65, request.api_version)
+    def _describe_transactions(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.DESCRIBE_TRANSACTIONS, request.api_version)
         state_cls = sibling(cls, "TransactionState")
         return build(
             cls,
@@ -628,8 +648,8 @@ class FakeCluster:
             ),
         )
 
-    def _api_66(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(66, request.api_version)
+    def _list_transactions(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.LIST_TRANSACTIONS, request.api_version)
         state_cls = sibling(cls, "TransactionState")
         return build(
             cls,
@@ -666,16 +686,16 @@ def test_requests_go_to_the_leader_the_coordinator_and_every_broker(
         asked = [
             (node, tuple(body.topics[0].partition_indexes))
             for node, key, body in fake_cluster.seen
-            if key == DESCRIBE_PRODUCERS
+            if key == ApiKey.DESCRIBE_PRODUCERS
         ]
         assert asked == [(1, (0, 1)), (2, (1,))]
 
         assert client.find_coordinator("some-id").node_id == 2
         assert describe_transactions(client, ["some-id"]) == {"some-id": None}
-        assert [n for n, key, _ in fake_cluster.seen if key == DESCRIBE_TRANSACTIONS] == [2]
+        assert [n for n, key, _ in fake_cluster.seen if key == ApiKey.DESCRIBE_TRANSACTIONS] == [2]
 
         listed = client.call_each_broker(
-            LIST_TRANSACTIONS,
+            ApiKey.LIST_TRANSACTIONS,
             lambda cls: build(cls, state_filters=(), producer_id_filters=(), duration_filter=-1),
         )
         assert [

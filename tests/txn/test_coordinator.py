@@ -5,11 +5,8 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
+from onceflow.protocol.api_key import ApiKey
 from onceflow.txn.coordinator import (
-    ADD_OFFSETS_TO_TXN_API_KEY,
-    ADD_PARTITIONS_TO_TXN_API_KEY,
-    END_TXN_API_KEY,
-    INIT_PRODUCER_ID_API_KEY,
     OFFSETS_TOPIC_PARTITION,
     error_for_version,
 )
@@ -670,10 +667,10 @@ def test_is_in_transaction_after_fencing(broker: SimulatedBroker) -> None:
 @pytest.mark.parametrize(
     ("api_key", "first_new_version"),
     [
-        (INIT_PRODUCER_ID_API_KEY, 4),
-        (ADD_PARTITIONS_TO_TXN_API_KEY, 2),
-        (ADD_OFFSETS_TO_TXN_API_KEY, 2),
-        (END_TXN_API_KEY, 2),
+        (ApiKey.INIT_PRODUCER_ID, 4),
+        (ApiKey.ADD_PARTITIONS_TO_TXN, 2),
+        (ApiKey.ADD_OFFSETS_TO_TXN, 2),
+        (ApiKey.END_TXN, 2),
     ],
 )
 def test_producer_fenced_for_old_versions(api_key: int, first_new_version: int) -> None:

@@ -22,9 +22,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.protocol.api_key import ApiKey
 from onceflow.verify.proxy import (
-    FIND_COORDINATOR,
-    METADATA,
     KafkaProxy,
     response_addresses,
     rewrite_addresses,
@@ -60,8 +59,10 @@ def test_metadata_v1_and_v12_brokers_are_rewritten() -> None:
         topics=(),
     )
     data = payload(old, flexible_header=False)
-    assert response_addresses(data, METADATA, 1) == [UPSTREAM]
-    new = decode(rewrite_addresses(data, METADATA, 1, {UPSTREAM: LISTENER}), type(old), False)
+    assert response_addresses(data, ApiKey.METADATA, 1) == [UPSTREAM]
+    new = decode(
+        rewrite_addresses(data, ApiKey.METADATA, 1, {UPSTREAM: LISTENER}), type(old), False
+    )
     assert (new.brokers[0].host, new.brokers[0].port) == LISTENER
     assert new.brokers[0].node_id == 1 and new.controller_id == 1
 
@@ -77,7 +78,7 @@ def test_metadata_v1_and_v12_brokers_are_rewritten() -> None:
         topics=(),
     )
     data = payload(flexible, flexible_header=True)
-    rewritten = rewrite_addresses(data, METADATA, 12, {UPSTREAM: LISTENER})
+    rewritten = rewrite_addresses(data, ApiKey.METADATA, 12, {UPSTREAM: LISTENER})
     new = decode(rewritten, type(flexible), True)
     assert (new.brokers[0].host, new.brokers[0].port, new.brokers[0].rack) == (*LISTENER, "r1")
     assert new.cluster_id == "cluster"
@@ -94,7 +95,9 @@ def test_find_coordinator_single_and_batched_are_rewritten() -> None:
     )
     data = payload(single, flexible_header=False)
     new = decode(
-        rewrite_addresses(data, FIND_COORDINATOR, 1, {UPSTREAM: LISTENER}), type(single), False
+        rewrite_addresses(data, ApiKey.FIND_COORDINATOR, 1, {UPSTREAM: LISTENER}),
+        type(single),
+        False,
     )
     assert (new.host, new.port) == LISTENER
 
@@ -120,9 +123,11 @@ def test_find_coordinator_single_and_batched_are_rewritten() -> None:
         ),
     )
     data = payload(batched, flexible_header=True)
-    assert response_addresses(data, FIND_COORDINATOR, 4) == [UPSTREAM]
+    assert response_addresses(data, ApiKey.FIND_COORDINATOR, 4) == [UPSTREAM]
     new = decode(
-        rewrite_addresses(data, FIND_COORDINATOR, 4, {UPSTREAM: LISTENER}), type(batched), True
+        rewrite_addresses(data, ApiKey.FIND_COORDINATOR, 4, {UPSTREAM: LISTENER}),
+        type(batched),
+        True,
     )
     assert [(c.key, c.host, c.port) for c in new.coordinators] == [
         ("txn-a", *LISTENER),

@@ -19,18 +19,22 @@ import contextlib
 import inspect
 import logging
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from onceflow.broker.config import BrokerConfig
 from onceflow.broker.handlers.fetch import response_bytes_bound
 from onceflow.broker.log_limit import RateLimitedLog
+from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.storage_failure import halt_on_storage_error
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.framing import FrameReader
 from onceflow.protocol.messages import Request, encode_response, parse_request
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
+    from onceflow.security.broker_security import BrokerSecurity
     from onceflow.security.listeners import Listener
     from onceflow.security.session import Session
 
@@ -41,7 +45,21 @@ MAX_IN_FLIGHT = 64  # pipelined requests per connection before we stop reading
 MAX_QUEUED_BYTES = 16 << 20  # answers (computed or bounded) per connection before we stop reading
 WRITE_CHUNK = 1 << 20  # an answer is handed to the socket this much at a time
 WRITE_BUFFER_HIGH = 1 << 20  # transport bytes beyond which we wait for the client to read
-FETCH = 1
+
+
+class ConnectionOwner(Protocol):
+    """What a connection needs of the broker: its settings, the memory pool of requests, the
+    versions it parses, its security (sessions), the handler of each request, and to be told
+    when it has closed."""
+
+    config: BrokerConfig
+    request_memory: MemoryPool
+    supported: Mapping[int, tuple[int, int]]
+    security: BrokerSecurity  # the listeners' TLS and SASL: each connection's session
+
+    def dispatch(self, connection: Connection, request: Request) -> Any: ...
+
+    def connection_closed(self, connection: Connection) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -53,7 +71,7 @@ class _Answer:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker, host: str, listener: Listener) -> None:
+    def __init__(self, broker: ConnectionOwner, host: str, listener: Listener) -> None:
         self.broker = broker
         self.host = host
         self.peer = host
@@ -84,7 +102,7 @@ class Connection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         # security hook: the session (listener, principal; SASL state) of this connection
         self.session = self.broker.security.new_session(
-            self.listener, self.peer, self.host, self.broker.supported[18]
+            self.listener, self.peer, self.host, self.broker.supported[ApiKey.API_VERSIONS]
         )
         self.session.tls_established(transport.get_extra_info("peercert"))
         self.session.on_must_close = self._finish  # a failed authentication: answer, close
@@ -191,7 +209,9 @@ class Connection(asyncio.Protocol):
             return  # no response is due (Produce with acks=0)
         if inspect.isawaitable(result):
             future = asyncio.ensure_future(result)
-            cost = response_bytes_bound(self.broker, request) if request.api_key == FETCH else 0
+            cost = 0
+            if request.api_key == ApiKey.FETCH:
+                cost = response_bytes_bound(self.broker.config.fetch_max_bytes, request)
             answer = _Answer(request, future, None, cost)
         else:
             try:

@@ -1,51 +1,166 @@
-"""The table of implemented APIs: key, version range, handler.
+"""The table of implemented APIs: key, version range, handler, and the context it is given.
 
 A handler runs synchronously in arrival order (so state changes happen in the order requests
 arrived on a connection) and returns the response, an awaitable of it (fsync, long poll,
 rebalance), or None when no response is due (Produce with acks=0).
+
+The table is written out here, one row per API; adding an API is adding a row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 from kio.index import load_request_schema
 
-if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
-    from onceflow.protocol.messages import Request
+from onceflow.broker.handlers import (
+    alter_configs,
+    api_versions,
+    configs,
+    coordinator_lookup,
+    fetch,
+    groups,
+    list_offsets,
+    metadata,
+    offsets,
+    produce,
+    sasl,
+    scram_credentials,
+    topics_admin,
+    transactions,
+    txn_markers,
+)
+from onceflow.broker.handlers.context import (
+    AdminContext,
+    DataContext,
+    GroupsContext,
+    HandlerContexts,
+    SecurityContext,
+    SupportedVersions,
+    TxnContext,
+)
+from onceflow.protocol.api_key import ApiKey
+from onceflow.protocol.messages import Request
 
 HandlerResult = Any | Awaitable[Any] | None
-Handler = Callable[["Broker", "Request"], HandlerResult]
+BoundHandler = Callable[[Request], HandlerResult]
+C = TypeVar("C")
 
 
 @dataclass(frozen=True)
-class ApiHandler:
-    api_key: int
-    min_version: int
-    max_version: int
-    handle: Handler
-
-
-HANDLERS: dict[int, ApiHandler] = {}
-
-
-def api(
-    api_key: int, min_version: int, max_version: int, parsed_from: int | None = None
-) -> Callable[[Handler], Handler]:
-    """Register a handler. Versions below `parsed_from` are advertised (as Kafka does for
+class ApiHandler(Generic[C]):
+    """One implemented API. Versions below `parsed_from` are advertised (as Kafka does for
     Produce v0, see KAFKA-18659) but their requests are refused by closing the connection."""
 
-    def register(fn: Handler) -> Handler:
-        for version in range(parsed_from or min_version, max_version + 1):
-            load_request_schema(api_key, version)  # fails at import if kio lacks a version
-        HANDLERS[api_key] = ApiHandler(api_key, min_version, max_version, fn)
-        return fn
+    api_key: ApiKey
+    min_version: int
+    max_version: int
+    handle: Callable[[C, Request], HandlerResult]
+    context: Callable[[HandlerContexts], C]  # the family's context, out of all of them
+    parsed_from: int | None = None
 
-    return register
+
+def _supported(c: HandlerContexts) -> SupportedVersions:
+    return c.supported
+
+
+def _admin(c: HandlerContexts) -> AdminContext:
+    return c.admin
+
+
+def _data(c: HandlerContexts) -> DataContext:
+    return c.data
+
+
+def _groups(c: HandlerContexts) -> GroupsContext:
+    return c.groups
+
+
+def _txn(c: HandlerContexts) -> TxnContext:
+    return c.txn
+
+
+def _security(c: HandlerContexts) -> SecurityContext:
+    return c.security
+
+
+API_HANDLERS: tuple[ApiHandler[Any], ...] = (
+    ApiHandler(ApiKey.PRODUCE, 0, 12, produce.handle_produce, _data, parsed_from=3),
+    ApiHandler(ApiKey.FETCH, 4, 17, fetch.handle_fetch, _data),
+    ApiHandler(ApiKey.LIST_OFFSETS, 1, 9, list_offsets.handle_list_offsets, _data),
+    ApiHandler(ApiKey.METADATA, 0, 12, metadata.handle_metadata, _admin),
+    ApiHandler(ApiKey.OFFSET_COMMIT, 2, 9, offsets.handle_offset_commit, _groups),
+    ApiHandler(ApiKey.OFFSET_FETCH, 1, 9, offsets.handle_offset_fetch, _groups),
+    ApiHandler(ApiKey.FIND_COORDINATOR, 0, 6, coordinator_lookup.handle_find_coordinator, _admin),
+    ApiHandler(ApiKey.JOIN_GROUP, 0, 9, groups.handle_join_group, _groups),
+    ApiHandler(ApiKey.HEARTBEAT, 0, 4, groups.handle_heartbeat, _groups),
+    ApiHandler(ApiKey.LEAVE_GROUP, 0, 5, groups.handle_leave_group, _groups),
+    ApiHandler(ApiKey.SYNC_GROUP, 0, 5, groups.handle_sync_group, _groups),
+    ApiHandler(ApiKey.DESCRIBE_GROUPS, 0, 5, groups.handle_describe_groups, _groups),
+    ApiHandler(ApiKey.LIST_GROUPS, 0, 5, groups.handle_list_groups, _groups),
+    ApiHandler(ApiKey.API_VERSIONS, 0, 4, api_versions.handle_api_versions, _supported),
+    ApiHandler(ApiKey.CREATE_TOPICS, 2, 7, topics_admin.handle_create_topics, _admin),
+    ApiHandler(ApiKey.DELETE_TOPICS, 1, 6, topics_admin.handle_delete_topics, _admin),
+    ApiHandler(ApiKey.INIT_PRODUCER_ID, 0, 5, transactions.handle_init_producer_id, _txn),
+    ApiHandler(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, transactions.handle_add_partitions_to_txn, _txn),
+    ApiHandler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, transactions.handle_add_offsets_to_txn, _txn),
+    ApiHandler(ApiKey.END_TXN, 0, 4, transactions.handle_end_txn, _txn),
+    ApiHandler(ApiKey.WRITE_TXN_MARKERS, 1, 1, txn_markers.handle_write_txn_markers, _data),
+    ApiHandler(ApiKey.TXN_OFFSET_COMMIT, 0, 4, transactions.handle_txn_offset_commit, _txn),
+    ApiHandler(ApiKey.DESCRIBE_CONFIGS, 1, 4, configs.handle_describe_configs, _admin),
+    ApiHandler(ApiKey.ALTER_CONFIGS, 0, 2, alter_configs.handle_alter_configs, _admin),
+    ApiHandler(ApiKey.CREATE_PARTITIONS, 0, 3, topics_admin.handle_create_partitions, _admin),
+    ApiHandler(ApiKey.DELETE_GROUPS, 0, 2, groups.handle_delete_groups, _groups),
+    ApiHandler(
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        0,
+        1,
+        alter_configs.handle_incremental_alter_configs,
+        _admin,
+    ),
+    ApiHandler(ApiKey.DESCRIBE_PRODUCERS, 0, 0, transactions.handle_describe_producers, _data),
+    ApiHandler(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, transactions.handle_describe_transactions, _txn),
+    ApiHandler(ApiKey.LIST_TRANSACTIONS, 0, 1, transactions.handle_list_transactions, _txn),
+    ApiHandler(ApiKey.SASL_HANDSHAKE, 0, 1, sasl.handle_sasl_handshake, _security),
+    ApiHandler(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl.handle_sasl_authenticate, _security),
+    ApiHandler(
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+        0,
+        0,
+        scram_credentials.handle_describe_user_scram_credentials,
+        _security,
+    ),
+    ApiHandler(
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+        0,
+        0,
+        scram_credentials.handle_alter_user_scram_credentials,
+        _security,
+    ),
+)
+
+
+def _check_table(table: tuple[ApiHandler[Any], ...]) -> None:
+    """Each API once, and kio able to read every version whose requests are parsed."""
+    keys = [h.api_key for h in table]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"an API is in the handler table twice: {sorted(keys)}")
+    for h in table:
+        for version in range(h.parsed_from or h.min_version, h.max_version + 1):
+            load_request_schema(h.api_key, version)
+
+
+_check_table(API_HANDLERS)
 
 
 def supported_versions() -> dict[int, tuple[int, int]]:
-    return {k: (h.min_version, h.max_version) for k, h in HANDLERS.items()}
+    """The versions of each implemented API, by key: what ApiVersions advertises."""
+    return {h.api_key: (h.min_version, h.max_version) for h in API_HANDLERS}
+
+
+def bind_handlers(contexts: HandlerContexts) -> dict[int, BoundHandler]:
+    """Every handler given its family's context: what the broker dispatches a request to."""
+    return {h.api_key: partial(h.handle, h.context(contexts)) for h in API_HANDLERS}

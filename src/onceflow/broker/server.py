@@ -12,13 +12,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker import handlers  # noqa: F401  (registers the API handlers)
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
 from onceflow.broker.connection_quotas import ConnectionQuotas
 from onceflow.broker.coordinator_log import CoordinatorLog, internal_log_configs
 from onceflow.broker.data_dir import open_data_dir
-from onceflow.broker.dispatch import HANDLERS, HandlerResult, supported_versions
+from onceflow.broker.dispatch import HandlerResult, bind_handlers, supported_versions
 from onceflow.broker.durability import (
     GroupCommitter,
     NotDurableError,
@@ -26,6 +25,16 @@ from onceflow.broker.durability import (
     until_durable,
 )
 from onceflow.broker.faults import raise_point
+from onceflow.broker.handlers.context import (
+    AdminContext,
+    DataContext,
+    Durability,
+    GroupsContext,
+    HandlerContexts,
+    Node,
+    SecurityContext,
+    TxnContext,
+)
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.malloc import HeapTrimmer
@@ -101,7 +110,30 @@ class Broker:
         )
         self.request_memory = MemoryPool(config.queued_max_request_bytes)
         self.heap = HeapTrimmer()
-        self.port = config.port
+        self.node = Node(config.node_id, config.advertised, config.port, self.cluster_id)
+        self._handlers = bind_handlers(self._handler_contexts())
+
+    @property
+    def port(self) -> int:
+        return self.node.port
+
+    def _handler_contexts(self) -> HandlerContexts:
+        """What each family of handlers is given (handlers/context.py), not the broker."""
+        groups = GroupsContext(self.groups, self.topics, self.write_offsets_records)
+        return HandlerContexts(
+            supported=self.supported,
+            admin=AdminContext(self.node, self.config, self.topics, self.advertised_endpoint),
+            data=DataContext(
+                self.config,
+                self.topics,
+                self.transactions.coordinator,
+                Durability(self.make_durable, self.committer.wait_durable, self.not_durable_code),
+                self.clock,
+            ),
+            groups=groups,
+            txn=TxnContext(self.transactions.coordinator, self.transactions, groups),
+            security=SecurityContext(self.security),
+        )
 
     def internal_log(self, topic: str, segment_bytes: int) -> CoordinatorLog:
         """A coordinator's log, `compact` as Kafka creates its internal topics."""
@@ -132,7 +164,7 @@ class Broker:
             self._listeners.append(sock)
             self.bound_ports[listener.name] = sock.getsockname()[1]
             self._acceptors.append(loop.create_task(self._accept(sock, listener)))
-        self.port = self.bound_ports[self.security.listeners[0].name]
+        self.node.port = self.bound_ports[self.security.listeners[0].name]
         self._spawn(
             "retention",
             self._every("retention", self._retention_delay, self._retention_tick),
@@ -464,9 +496,9 @@ class Broker:
         return self.security.advertised_endpoint(name, self.bound_ports.get(name, self.port))
 
     def dispatch(self, connection: Connection, request: Request) -> HandlerResult:
-        handler = HANDLERS[request.api_key]
+        handle = self._handlers[request.api_key]
         try:
-            return handler.handle(self, request)
+            return handle(request)
         except ProtocolError:
             raise
         except Exception as e:

@@ -46,6 +46,7 @@ from onceflow.cli.options import (
     result_table,
     stdout_console,
 )
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.client import (
     RETRIABLE_ROUTE_ERRORS,
     RETRY_BACKOFF_S,
@@ -56,11 +57,6 @@ from onceflow.protocol.client import (
     error_name,
 )
 from onceflow.protocol.entities import build, sibling
-
-WRITE_TXN_MARKERS = 27
-DESCRIBE_PRODUCERS = 61
-DESCRIBE_TRANSACTIONS = 65
-LIST_TRANSACTIONS = 66
 
 # Kafka's transaction.max.timeout.ms default: a transaction older than it cannot be live.
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000
@@ -174,7 +170,7 @@ def list_transactions(
 
     # The duration filter (KIP-994) needs v1: never send it to a broker that would ignore it.
     answers = client.call_each_broker(
-        LIST_TRANSACTIONS, make, min_version=1 if duration_ms is not None else None
+        ApiKey.LIST_TRANSACTIONS, make, min_version=1 if duration_ms is not None else None
     )
     problems = [
         f"broker {node.node_id} ({node.address}) did not answer: {error}"
@@ -231,7 +227,7 @@ def describe_transactions(client: KafkaClient, ids: list[str]) -> dict[str, Desc
         moved: list[str] = []
         for coordinator_id, batch in sorted(by_coordinator.items()):
             connection = client.coordinator_connection(batch[0])
-            cls = connection.request_class(DESCRIBE_TRANSACTIONS)
+            cls = connection.request_class(ApiKey.DESCRIBE_TRANSACTIONS)
             response = connection.send(build(cls, transactional_ids=tuple(batch)))
             for state in response.transaction_states:
                 if state.error_code in RETRIABLE_ROUTE_ERRORS:
@@ -301,7 +297,7 @@ def describe_producers(
             for start in range(0, len(owned), PARTITIONS_PER_REQUEST):
                 batch = owned[start : start + PARTITIONS_PER_REQUEST]
                 request = _describe_producers_request(
-                    connection.request_class(DESCRIBE_PRODUCERS), batch
+                    connection.request_class(ApiKey.DESCRIBE_PRODUCERS), batch
                 )
                 found, errors = _producers_by_partition(connection.send(request))
                 result.update(found)
@@ -392,7 +388,7 @@ def write_abort_marker(
         )
 
     response = client.call_leader(
-        topic, partition, WRITE_TXN_MARKERS, make, error_of=_marker_error, min_version=1
+        topic, partition, ApiKey.WRITE_TXN_MARKERS, make, error_of=_marker_error, min_version=1
     )
     return _marker_error(response)
 

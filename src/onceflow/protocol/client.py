@@ -33,13 +33,10 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.primitive import i64
 
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.bounds import skip_tagged_fields
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.errors import ProtocolError
-
-API_VERSIONS = 18
-METADATA = 3
-FIND_COORDINATOR = 10
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
@@ -251,25 +248,28 @@ class BrokerConnection:
     def _negotiate(self) -> None:
         """ApiVersions at kio's newest version; a broker that does not know it answers v0 with
         UNSUPPORTED_VERSION and its own range (KIP-511), and the request is sent again."""
-        version = kio_versions(API_VERSIONS)[1]
+        version = kio_versions(ApiKey.API_VERSIONS)[1]
         for _ in range(2):
             response = self._send(self._api_versions_request(version))
             ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
             if response.error_code == ErrorCode.none:
                 self.api_versions = ranges
                 return
-            if response.error_code != ErrorCode.unsupported_version or API_VERSIONS not in ranges:
+            if (
+                response.error_code != ErrorCode.unsupported_version
+                or ApiKey.API_VERSIONS not in ranges
+            ):
                 raise KafkaResponseError(
                     response.error_code,
                     f"ApiVersions to {self.address} failed: {error_name(response.error_code)}",
                 )
-            version = min(ranges[API_VERSIONS][1], kio_versions(API_VERSIONS)[1])
+            version = min(ranges[ApiKey.API_VERSIONS][1], kio_versions(ApiKey.API_VERSIONS)[1])
         raise UnsupportedApiError(f"{self.address} accepts no ApiVersions version this client has")
 
     @staticmethod
     def _api_versions_request(version: int) -> Any:
         return build(
-            load_request_schema(API_VERSIONS, version),
+            load_request_schema(ApiKey.API_VERSIONS, version),
             client_software_name=CLIENT_SOFTWARE_NAME,
             client_software_version=CLIENT_SOFTWARE_VERSION,
         )
@@ -385,13 +385,13 @@ class BrokerConnection:
             )
         pos = 4
         try:
-            if api_key == API_VERSIONS:
+            if api_key == ApiKey.API_VERSIONS:
                 # Header v0 always; an UNSUPPORTED_VERSION answer has a v0 body (KIP-511).
                 (error,) = _ERROR_CODE.unpack_from(payload, pos)
                 if error == ErrorCode.unsupported_version:
                     version = 0
             cls = response_class(api_key, version)
-            if cls.__flexible__ and api_key != API_VERSIONS:
+            if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
                 pos = skip_tagged_fields(payload, pos)
             body, _ = entity_reader(cls)(payload, pos)
         except (
@@ -576,7 +576,7 @@ class KafkaClient:
         """A Metadata response (every topic when `topics` is None); refreshes the broker list
         and the leaders of the topics it names. Never creates a topic."""
         connection = self.any_connection()
-        cls = connection.request_class(METADATA, min_version=1)
+        cls = connection.request_class(ApiKey.METADATA, min_version=1)
         topic_cls = sibling(cls, "MetadataRequestTopic")
         request = build(
             cls,
@@ -669,7 +669,7 @@ class KafkaClient:
     def _find_coordinator_once(self, key: str, key_type: int) -> tuple[ErrorCode, BrokerNode]:
         connection = self.any_connection()
         # v0 has no key type: it finds group coordinators only.
-        cls = connection.request_class(FIND_COORDINATOR, min_version=1 if key_type else 0)
+        cls = connection.request_class(ApiKey.FIND_COORDINATOR, min_version=1 if key_type else 0)
         response = connection.send(build(cls, key=key, key_type=key_type, coordinator_keys=(key,)))
         answer = response.coordinators[0] if hasattr(response, "coordinators") else response
         return answer.error_code, BrokerNode(answer.node_id, answer.host, answer.port)

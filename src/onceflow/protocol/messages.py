@@ -16,6 +16,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.bounds import check_lengths, skip_tagged_fields
 from onceflow.protocol.errors import (
     MalformedRequestError,
@@ -23,7 +24,6 @@ from onceflow.protocol.errors import (
     UnsupportedVersionError,
 )
 
-API_VERSIONS_KEY = 18
 _HEADER_START = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
 
@@ -81,14 +81,14 @@ def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Reques
     low, high = supported[api_key]
     body_version = version
     if not low <= version <= high:
-        if api_key != API_VERSIONS_KEY:
+        if api_key != ApiKey.API_VERSIONS:
             raise UnsupportedVersionError(f"API {api_key} version {version} not in [{low}, {high}]")
         body_version = 0
     try:
         cls, reader, flexible = _request_codec(api_key, body_version)
     except (UnknownAPIKey, UnknownEntity) as e:
         raise UnsupportedVersionError(str(e)) from None
-    if api_key == API_VERSIONS_KEY and body_version != version:
+    if api_key == ApiKey.API_VERSIONS and body_version != version:
         flexible = version >= 3
     pos = 10
     client_id: str | None = None
@@ -99,7 +99,7 @@ def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Reques
         pos += client_id_len
     if flexible:
         pos = skip_tagged_fields(frame, pos)
-    if api_key == API_VERSIONS_KEY and body_version != version:
+    if api_key == ApiKey.API_VERSIONS and body_version != version:
         body = cls()
     else:
         try:
@@ -124,7 +124,7 @@ def encode_response(request: Request, body: Any) -> bytes:
     buf.write(b"\x00\x00\x00\x00")
     buf.write(_CORRELATION.pack(request.correlation_id))
     # ApiVersions responses always use header v0 so that any client can read them.
-    if request.flexible and request.api_key != API_VERSIONS_KEY:
+    if request.flexible and request.api_key != ApiKey.API_VERSIONS:
         buf.write(b"\x00")
     _response_writer(type(body))(buf, body)
     out = buf.getbuffer()

@@ -36,6 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.clock import Clock
 from onceflow.coordinator_result import CoordinatorResult, MarkerJob, Record
+from onceflow.protocol.api_key import ApiKey
 from onceflow.txn.coordinator_errors import (
     IllegalTransitionError,
     TransactionLogRecordError,
@@ -66,16 +67,12 @@ OFFSETS_TOPIC = "__consumer_offsets"
 # Single node: every group's offsets live in partition 0 of the offsets log.
 OFFSETS_TOPIC_PARTITION: TopicPartition = (OFFSETS_TOPIC, 0)
 
-INIT_PRODUCER_ID_API_KEY = 22
-ADD_PARTITIONS_TO_TXN_API_KEY = 24
-ADD_OFFSETS_TO_TXN_API_KEY = 25
-END_TXN_API_KEY = 26
 # First version of each API whose clients understand PRODUCER_FENCED (KIP-588).
 _PRODUCER_FENCED_SINCE = {
-    INIT_PRODUCER_ID_API_KEY: 4,
-    ADD_PARTITIONS_TO_TXN_API_KEY: 2,
-    ADD_OFFSETS_TO_TXN_API_KEY: 2,
-    END_TXN_API_KEY: 2,
+    ApiKey.INIT_PRODUCER_ID: 4,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 2,
+    ApiKey.ADD_OFFSETS_TO_TXN: 2,
+    ApiKey.END_TXN: 2,
 }
 # Produce v11 added TRANSACTION_ABORTABLE (KIP-890).
 _PRODUCE_TRANSACTION_ABORTABLE_SINCE = 11

@@ -32,13 +32,13 @@ from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.bounds import skip_tagged_fields
 from onceflow.protocol.errors import ProtocolError
 
 log = logging.getLogger(__name__)
 
-METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 3, 10, 60
-REWRITTEN = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
+REWRITTEN = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER})
 OPEN, CUT, BLACKHOLE, DELAY = "open", "cut", "blackhole", "delay"
 MAX_FRAME = 200 * 1024 * 1024
 _SIZE = struct.Struct(">i")

@@ -19,19 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.configs import BROKER, TOPIC, resource_result
+from onceflow.broker.handlers.context import AdminContext
+from onceflow.broker.handlers.responses import response_classes
 from onceflow.broker.handlers.topics_admin import topic_error_code
 from onceflow.broker.topics import ConfigUpdate, InvalidConfigError, TopicError
-from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
+from onceflow.protocol.entities import build
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
-TOPIC = 2
-BROKER = 4
-BROKER_LOGGER = 8
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
@@ -57,17 +54,15 @@ class ResourceError(Exception):
         self.code = code
 
 
-@api(33, 0, 2)
-def handle_alter_configs(broker: Broker, request: Request) -> Any:
-    return _alter(broker, request, incremental=False)
+def handle_alter_configs(ctx: AdminContext, request: Request) -> Any:
+    return _alter(ctx, request, incremental=False)
 
 
-@api(44, 0, 1)
-def handle_incremental_alter_configs(broker: Broker, request: Request) -> Any:
-    return _alter(broker, request, incremental=True)
+def handle_incremental_alter_configs(ctx: AdminContext, request: Request) -> Any:
+    return _alter(ctx, request, incremental=True)
 
 
-def _alter(broker: Broker, request: Request, incremental: bool) -> Any:
+def _alter(ctx: AdminContext, request: Request, incremental: bool) -> Any:
     req = request.body
     resources = list(req.resources)
     outcomes: list[Outcome | None] = [None] * len(resources)
@@ -85,7 +80,7 @@ def _alter(broker: Broker, request: Request, incremental: bool) -> Any:
         if outcomes[i] is not None:
             continue
         try:
-            update = _check_resource(broker, resource, incremental)
+            update = _check_resource(ctx, resource, incremental)
         except ResourceError as e:
             outcomes[i] = (e.code, str(e))
             continue
@@ -96,18 +91,18 @@ def _alter(broker: Broker, request: Request, incremental: bool) -> Any:
             topic_index[resource.resource_name] = i
     if not updates:
         return _response(request, resources, outcomes)
-    return _alter_topics(broker, request, resources, outcomes, updates, topic_index)
+    return _alter_topics(ctx, request, resources, outcomes, updates, topic_index)
 
 
 async def _alter_topics(
-    broker: Broker,
+    ctx: AdminContext,
     request: Request,
     resources: list[Any],
     outcomes: list[Outcome | None],
     updates: dict[str, ConfigUpdate],
     topic_index: dict[str, int],
 ) -> Any:
-    results = await broker.topics.alter_configs(updates, validate_only=request.body.validate_only)
+    results = await ctx.topics.alter_configs(updates, validate_only=request.body.validate_only)
     for name, error in results.items():
         outcomes[topic_index[name]] = _topic_outcome(error)
     return _response(request, resources, outcomes)
@@ -119,7 +114,7 @@ def _topic_outcome(error: TopicError | None) -> Outcome:
     return topic_error_code(error), str(error)
 
 
-def _check_resource(broker: Broker, resource: Any, incremental: bool) -> ConfigUpdate | None:
+def _check_resource(ctx: AdminContext, resource: Any, incremental: bool) -> ConfigUpdate | None:
     """The checks Kafka makes before touching anything; returns the topic's update, or None
     when there is nothing to change (an empty BROKER resource)."""
     configs = list(resource.configs)
@@ -140,7 +135,7 @@ def _check_resource(broker: Broker, resource: Any, incremental: bool) -> ConfigU
         if unknown:
             raise ResourceError(ErrorCode.invalid_request, f"Unknown operations type {unknown[0]}")
     if resource.resource_type == BROKER:
-        _check_broker_resource(broker, resource.resource_name, names)
+        _check_broker_resource(ctx, resource.resource_name, names)
         return None
     if resource.resource_type != TOPIC:
         # BROKER_LOGGER (log4j levels), CLIENT_METRICS and GROUP configs do not exist here.
@@ -151,13 +146,13 @@ def _check_resource(broker: Broker, resource: Any, incremental: bool) -> ConfigU
         raise ResourceError(ErrorCode.invalid_request, "Default topic resources are not allowed.")
     if incremental:
         ops = [(c.name, c.config_operation, c.value) for c in configs]
-        defaults = broker.topics.effective_configs({})
+        defaults = ctx.topics.effective_configs({})
         return lambda current: apply_operations(current, ops, defaults)
     whole = {c.name: c.value for c in configs}
     return lambda current: whole
 
 
-def _check_broker_resource(broker: Broker, name: str, config_names: list[str]) -> None:
+def _check_broker_resource(ctx: AdminContext, name: str, config_names: list[str]) -> None:
     if name:
         try:
             node_id = int(name)
@@ -165,10 +160,10 @@ def _check_broker_resource(broker: Broker, name: str, config_names: list[str]) -
             raise ResourceError(
                 ErrorCode.invalid_request, f"Node id must be an integer, but it is: {name}"
             ) from None
-        if node_id != broker.config.node_id:
+        if node_id != ctx.config.node_id:
             raise ResourceError(
                 ErrorCode.invalid_request,
-                f"Unexpected broker id, expected {broker.config.node_id}, but received {name}",
+                f"Unexpected broker id, expected {ctx.config.node_id}, but received {name}",
             )
     if config_names:
         # Kafka's DynamicBrokerConfig refuses static settings with a ConfigException, which
@@ -226,19 +221,9 @@ def _quote(names: list[str]) -> str:
 
 
 def _response(request: Request, resources: list[Any], outcomes: list[Outcome | None]) -> Any:
-    cls = response_type(request.api_key, request.api_version)
-    entry_cls = sibling(cls, "AlterConfigsResourceResponse")
+    cls, entry_cls = response_classes(request, "AlterConfigsResourceResponse")
     entries = []
     for resource, outcome in zip(resources, outcomes, strict=True):
         assert outcome is not None
-        code, message = outcome
-        entries.append(
-            build(
-                entry_cls,
-                error_code=code,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-            )
-        )
+        entries.append(resource_result(entry_cls, resource, *outcome))
     return build(cls, throttle_time=datetime.timedelta(0), responses=tuple(entries))

@@ -7,24 +7,23 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
+    from onceflow.broker.handlers.context import SupportedVersions
     from onceflow.protocol.messages import Request
 
 
-@api(18, 0, 4)
-def handle_api_versions(broker: Broker, request: Request) -> Any:
-    known = broker.supported[18]
+def handle_api_versions(supported: SupportedVersions, request: Request) -> Any:
+    known = supported[ApiKey.API_VERSIONS]
     unsupported = not known[0] <= request.api_version <= known[1]
-    cls = response_type(18, 0 if unsupported else request.api_version)
+    cls = response_type(ApiKey.API_VERSIONS, 0 if unsupported else request.api_version)
     version_cls = sibling(cls, "ApiVersion")
     keys = tuple(
         version_cls(api_key=k, min_version=lo, max_version=hi)
-        for k, (lo, hi) in sorted(broker.supported.items())
+        for k, (lo, hi) in sorted(supported.items())
     )
     return build(
         cls,

@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
-from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
+from onceflow.broker.handlers.context import AdminContext
+from onceflow.broker.handlers.responses import response_classes
+from onceflow.protocol.entities import build
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 TOPIC = 2
@@ -22,24 +21,37 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 
-@api(32, 1, 4)
-def handle_describe_configs(broker: Broker, request: Request) -> Any:
-    req = request.body
-    cls = response_type(32, request.api_version)
-    result_cls = sibling(cls, "DescribeConfigsResult")
-    entry_cls = sibling(cls, "DescribeConfigsResourceResult")
+def resource_result(
+    cls: type, resource: Any, error: ErrorCode, message: str | None, **values: Any
+) -> Any:
+    """A config API's answer for one resource: the resource as the request named it, and its
+    error (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs)."""
+    return build(
+        cls,
+        error_code=error,
+        error_message=message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        **values,
+    )
+
+
+def handle_describe_configs(ctx: AdminContext, request: Request) -> Any:
+    cls, result_cls, entry_cls = response_classes(
+        request, "DescribeConfigsResult", "DescribeConfigsResourceResult"
+    )
     results = []
-    for resource in req.resources:
+    for resource in request.body.resources:
         error, message = ErrorCode.none, None
         entries: dict[str, tuple[str, int]] = {}
         if resource.resource_type == TOPIC:
-            topic = broker.topics.get(resource.resource_name)
+            topic = ctx.topics.get(resource.resource_name)
             if topic is None:
                 error = ErrorCode.unknown_topic_or_partition
                 message = f"topic {resource.resource_name!r} does not exist"
             else:
-                set_on_broker = broker.topics.topic_defaults_set_on_broker()
-                for k, v in broker.topics.effective_configs(topic.configs).items():
+                set_on_broker = ctx.topics.topic_defaults_set_on_broker()
+                for k, v in ctx.topics.effective_configs(topic.configs).items():
                     if k in topic.configs:
                         entries[k] = (v, DYNAMIC_TOPIC_CONFIG)
                     elif k in set_on_broker:
@@ -47,11 +59,11 @@ def handle_describe_configs(broker: Broker, request: Request) -> Any:
                     else:
                         entries[k] = (v, DEFAULT_CONFIG)
         elif resource.resource_type == BROKER:
-            if resource.resource_name not in ("", str(broker.config.node_id)):
+            if resource.resource_name not in ("", str(ctx.config.node_id)):
                 error, message = ErrorCode.invalid_request, "unknown broker id"
             else:
                 entries = {
-                    k: (v, STATIC_BROKER_CONFIG) for k, v in broker.config.kafka_settings().items()
+                    k: (v, STATIC_BROKER_CONFIG) for k, v in ctx.config.kafka_settings().items()
                 }
         else:
             error = ErrorCode.invalid_request
@@ -73,14 +85,5 @@ def handle_describe_configs(broker: Broker, request: Request) -> Any:
             for k, (v, source) in sorted(entries.items())
             if not keys or k in keys
         )
-        results.append(
-            build(
-                result_cls,
-                error_code=error,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                configs=configs,
-            )
-        )
+        results.append(resource_result(result_cls, resource, error, message, configs=configs))
     return build(cls, throttle_time=datetime.timedelta(0), results=tuple(results))

@@ -7,47 +7,35 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import AdminContext
+from onceflow.broker.handlers.responses import response_class
 from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 GROUP = 0
 TRANSACTION = 1
 
 
-@api(10, 0, 6)
-def handle_find_coordinator(broker: Broker, request: Request) -> Any:
+def handle_find_coordinator(ctx: AdminContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(10, request.api_version)
+    cls = response_class(request)
     key_type = getattr(req, "key_type", GROUP)
-    error = ErrorCode.none if key_type in (GROUP, TRANSACTION) else ErrorCode.invalid_request
-    node = broker.config.node_id if error == ErrorCode.none else -1
-    host, port = broker.advertised_endpoint(request) if error == ErrorCode.none else ("", -1)
+    known = key_type in (GROUP, TRANSACTION)
+    host, port = ctx.endpoint(request) if known else ("", -1)
+    found = {
+        "node_id": ctx.node.node_id if known else -1,
+        "host": host,
+        "port": port,
+        "error_code": ErrorCode.none if known else ErrorCode.invalid_request,
+        "error_message": None,
+    }
     if request.api_version >= 4:
+        # Batched (KIP-699): one answer per key, each the same.
         coordinator_cls = sibling(cls, "Coordinator")
         coordinators = tuple(
-            build(
-                coordinator_cls,
-                key=key,
-                node_id=node,
-                host=host,
-                port=port,
-                error_code=error,
-                error_message=None,
-            )
-            for key in req.coordinator_keys
+            build(coordinator_cls, key=key, **found) for key in req.coordinator_keys
         )
         return build(cls, throttle_time=datetime.timedelta(0), coordinators=coordinators)
-    return build(
-        cls,
-        throttle_time=datetime.timedelta(0),
-        error_code=error,
-        error_message=None,
-        node_id=node,
-        host=host,
-        port=port,
-    )
+    return build(cls, throttle_time=datetime.timedelta(0), **found)

@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import DataContext
+from onceflow.broker.handlers.responses import response_classes
 from onceflow.log.errors import DescriptorsExhaustedError, OffsetOutOfRangeError
-from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
+from onceflow.protocol.entities import build
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.broker.topics import Partition
     from onceflow.protocol.messages import Request
 
@@ -33,13 +32,13 @@ class _Wanted:
     unknown_error: ErrorCode
 
 
-def _resolve(broker: Broker, req: Any, by_id: bool) -> list[list[_Wanted]]:
+def _resolve(ctx: DataContext, req: Any, by_id: bool) -> list[list[_Wanted]]:
     out = []
     for topic in req.topics:
         if not topic.partitions:
             continue  # nothing asked: Kafka leaves such topics out of the answer
         key = topic.topic_id if by_id else topic.topic
-        found = broker.topics.by_id(key) if by_id else broker.topics.get(key)
+        found = ctx.topics.by_id(key) if by_id else ctx.topics.get(key)
         error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
         row = []
         for p in topic.partitions:
@@ -55,15 +54,14 @@ def _resolve(broker: Broker, req: Any, by_id: bool) -> list[list[_Wanted]]:
     return out
 
 
-def _read(broker: Broker, request: Request, wanted: list[list[_Wanted]]) -> tuple[Any, int, bool]:
+def _read(ctx: DataContext, request: Request, wanted: list[list[_Wanted]]) -> tuple[Any, int, bool]:
     """Build the response from the logs now: (response, bytes of records, any error)."""
     req = request.body
-    cls = response_type(1, request.api_version)
-    topic_cls = sibling(cls, "FetchableTopicResponse")
-    part_cls = sibling(cls, "PartitionData")
-    aborted_cls = sibling(cls, "AbortedTransaction")
+    cls, topic_cls, part_cls, aborted_cls = response_classes(
+        request, "FetchableTopicResponse", "PartitionData", "AbortedTransaction"
+    )
     read_committed = req.isolation_level == READ_COMMITTED
-    budget = response_bytes_bound(broker, request)
+    budget = response_bytes_bound(ctx.config.fetch_max_bytes, request)
     total = 0
     any_error = False
     topics_out = []
@@ -133,27 +131,26 @@ def _read(broker: Broker, request: Request, wanted: list[list[_Wanted]]) -> tupl
     return response, total, any_error
 
 
-def response_bytes_bound(broker: Broker, request: Request) -> int:
+def response_bytes_bound(fetch_max_bytes: int, request: Request) -> int:
     """The records bytes a Fetch may return: the request's max_bytes capped by the broker's
     fetch.max.bytes, whatever the client asks (only a first batch larger than that is returned
     whole, KIP-74)."""
     asked = request.body.max_bytes if request.body.max_bytes > 0 else 0x7FFFFFFF
-    return min(asked, broker.config.fetch_max_bytes)
+    return min(asked, fetch_max_bytes)
 
 
-@api(1, 4, 17)
-def handle_fetch(broker: Broker, request: Request) -> Any:
+def handle_fetch(ctx: DataContext, request: Request) -> Any:
     req = request.body
-    wanted = _resolve(broker, req, by_id=request.api_version >= 13)
-    response, size, any_error = _read(broker, request, wanted)
+    wanted = _resolve(ctx, req, by_id=request.api_version >= 13)
+    response, size, any_error = _read(ctx, request, wanted)
     max_wait = req.max_wait.total_seconds()
     if any_error or size >= max(req.min_bytes, 1) or max_wait <= 0:
         return response
-    return _long_poll(broker, request, wanted, max_wait)
+    return _long_poll(ctx, request, wanted, max_wait)
 
 
 async def _long_poll(
-    broker: Broker, request: Request, wanted: list[list[_Wanted]], max_wait: float
+    ctx: DataContext, request: Request, wanted: list[list[_Wanted]], max_wait: float
 ) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
@@ -171,10 +168,10 @@ async def _long_poll(
             except TimeoutError:
                 break
             woken.clear()
-            response, size, any_error = _read(broker, request, wanted)
+            response, size, any_error = _read(ctx, request, wanted)
             if any_error or size >= max(request.body.min_bytes, 1):
                 return response
     finally:
         for p in partitions:
             p.listeners.discard(woken.set)
-    return _read(broker, request, wanted)[0]
+    return _read(ctx, request, wanted)[0]

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import GroupsContext
+from onceflow.broker.handlers.responses import build_from, response_class, response_classes
 from onceflow.groups.coordinator import (
     JoinGroupRequest,
     JoinResult,
@@ -18,10 +19,8 @@ from onceflow.groups.coordinator import (
     SyncResult,
 )
 from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 ZERO = datetime.timedelta(0)
@@ -33,7 +32,7 @@ def _ms(value: Any, default: int = -1) -> int:
     return int(value.total_seconds() * 1000)
 
 
-def _answer_later(broker: Broker) -> tuple[asyncio.Future[Any], Any]:
+def _answer_later() -> tuple[asyncio.Future[Any], Any]:
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
     def respond(result: Any) -> None:
@@ -43,8 +42,7 @@ def _answer_later(broker: Broker) -> tuple[asyncio.Future[Any], Any]:
     return future, respond
 
 
-@api(11, 0, 9)
-def handle_join_group(broker: Broker, request: Request) -> Any:
+def handle_join_group(ctx: GroupsContext, request: Request) -> Any:
     req = request.body
     version = request.api_version
     session = _ms(req.session_timeout)
@@ -62,40 +60,25 @@ def handle_join_group(broker: Broker, request: Request) -> Any:
         require_known_member_id=version >= 4,
         supports_skip_assignment=version >= 9,
     )
-    future, respond = _answer_later(broker)
-    broker.groups.join_group(join, respond)
-    return _join_response(future, version)
+    future, respond = _answer_later()
+    ctx.coordinator.join_group(join, respond)
+    return _join_response(future, request)
 
 
-async def _join_response(future: asyncio.Future[JoinResult], version: int) -> Any:
+async def _join_response(future: asyncio.Future[JoinResult], request: Request) -> Any:
     result = await future
-    cls = response_type(11, version)
-    member_cls = sibling(cls, "JoinGroupResponseMember")
-    members = tuple(
-        build(
-            member_cls,
-            member_id=m.member_id,
-            group_instance_id=m.group_instance_id,
-            metadata=m.metadata,
-        )
-        for m in result.members
-    )
-    return build(
+    cls, member_cls = response_classes(request, "JoinGroupResponseMember")
+    return build_from(
         cls,
+        result,
         throttle_time=ZERO,
         error_code=result.error,
-        generation_id=result.generation_id,
-        protocol_type=result.protocol_type,
-        protocol_name=result.protocol_name or ("" if version < 7 else None),
-        leader=result.leader,
-        skip_assignment=result.skip_assignment,
-        member_id=result.member_id,
-        members=members,
+        protocol_name=result.protocol_name or ("" if request.api_version < 7 else None),
+        members=tuple(build_from(member_cls, m) for m in result.members),
     )
 
 
-@api(14, 0, 5)
-def handle_sync_group(broker: Broker, request: Request) -> Any:
+def handle_sync_group(ctx: GroupsContext, request: Request) -> Any:
     req = request.body
     sync = SyncGroupRequest(
         group_id=req.group_id,
@@ -106,36 +89,27 @@ def handle_sync_group(broker: Broker, request: Request) -> Any:
         protocol_name=getattr(req, "protocol_name", None),
         assignments={a.member_id: bytes(a.assignment) for a in req.assignments},
     )
-    future, respond = _answer_later(broker)
-    broker.groups.sync_group(sync, respond)
-    return _sync_response(future, request.api_version)
+    future, respond = _answer_later()
+    ctx.coordinator.sync_group(sync, respond)
+    return _sync_response(future, request)
 
 
-async def _sync_response(future: asyncio.Future[SyncResult], version: int) -> Any:
+async def _sync_response(future: asyncio.Future[SyncResult], request: Request) -> Any:
     result = await future
-    return build(
-        response_type(14, version),
-        throttle_time=ZERO,
-        error_code=result.error,
-        protocol_type=result.protocol_type,
-        protocol_name=result.protocol_name,
-        assignment=result.assignment,
-    )
+    return build_from(response_class(request), result, throttle_time=ZERO, error_code=result.error)
 
 
-@api(12, 0, 4)
-def handle_heartbeat(broker: Broker, request: Request) -> Any:
+def handle_heartbeat(ctx: GroupsContext, request: Request) -> Any:
     req = request.body
-    error = broker.groups.heartbeat(
+    error = ctx.coordinator.heartbeat(
         req.group_id, req.member_id, req.generation_id, getattr(req, "group_instance_id", None)
     )
-    return build(response_type(12, request.api_version), throttle_time=ZERO, error_code=error)
+    return build(response_class(request), throttle_time=ZERO, error_code=error)
 
 
-@api(13, 0, 5)
-def handle_leave_group(broker: Broker, request: Request) -> Any:
+def handle_leave_group(ctx: GroupsContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(13, request.api_version)
+    cls = response_class(request)
     if request.api_version >= 3:
         members = [
             LeaveMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
@@ -143,7 +117,7 @@ def handle_leave_group(broker: Broker, request: Request) -> Any:
         ]
     else:
         members = [LeaveMember(req.member_id)]
-    result = broker.groups.leave_group(req.group_id, members)
+    result = ctx.coordinator.leave_group(req.group_id, members)
     if request.api_version < 3:
         error = (
             result.members[0].error
@@ -156,86 +130,51 @@ def handle_leave_group(broker: Broker, request: Request) -> Any:
         cls,
         throttle_time=ZERO,
         error_code=result.error,
-        members=tuple(
-            build(
-                member_cls,
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                error_code=m.error,
-            )
-            for m in result.members
-        ),
+        members=tuple(build_from(member_cls, m, error_code=m.error) for m in result.members),
     )
 
 
-@api(16, 0, 5)
-def handle_list_groups(broker: Broker, request: Request) -> Any:
+def handle_list_groups(ctx: GroupsContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(16, request.api_version)
-    group_cls = sibling(cls, "ListedGroup")
-    listings = broker.groups.list_groups(
+    cls, group_cls = response_classes(request, "ListedGroup")
+    listings = ctx.coordinator.list_groups(
         getattr(req, "states_filter", None), getattr(req, "types_filter", None)
     )
-    error = ErrorCode.coordinator_load_in_progress if broker.groups.loading else ErrorCode.none
+    error = ErrorCode.coordinator_load_in_progress if ctx.coordinator.loading else ErrorCode.none
     return build(
         cls,
         throttle_time=ZERO,
         error_code=error,
-        groups=tuple(
-            build(
-                group_cls,
-                group_id=g.group_id,
-                protocol_type=g.protocol_type,
-                group_state=g.state,
-                group_type=g.group_type,
-            )
-            for g in listings
-        ),
+        groups=tuple(build_from(group_cls, g, group_state=g.state) for g in listings),
     )
 
 
-@api(15, 0, 5)
-def handle_describe_groups(broker: Broker, request: Request) -> Any:
-    req = request.body
-    cls = response_type(15, request.api_version)
-    group_cls = sibling(cls, "DescribedGroup")
-    member_cls = sibling(cls, "DescribedGroupMember")
+def handle_describe_groups(ctx: GroupsContext, request: Request) -> Any:
+    cls, group_cls, member_cls = response_classes(request, "DescribedGroup", "DescribedGroupMember")
     out = []
-    for d in broker.groups.describe_groups(req.groups):
+    for d in ctx.coordinator.describe_groups(request.body.groups):
         # Up to v5 an unknown group is state Dead with no error, as Kafka answers.
         error = ErrorCode.none if d.error == ErrorCode.group_id_not_found else d.error
+        members = tuple(
+            build_from(member_cls, m, member_metadata=m.metadata, member_assignment=m.assignment)
+            for m in d.members
+        )
         out.append(
-            build(
+            build_from(
                 group_cls,
+                d,
                 error_code=error,
-                group_id=d.group_id,
                 group_state=d.state,
-                protocol_type=d.protocol_type,
-                protocol_data=d.protocol_data,
-                members=tuple(
-                    build(
-                        member_cls,
-                        member_id=m.member_id,
-                        group_instance_id=m.group_instance_id,
-                        client_id=m.client_id,
-                        client_host=m.client_host,
-                        member_metadata=m.metadata,
-                        member_assignment=m.assignment,
-                    )
-                    for m in d.members
-                ),
+                members=members,
                 authorized_operations=-2147483648,
             )
         )
     return build(cls, throttle_time=ZERO, groups=tuple(out))
 
 
-@api(42, 0, 2)
-def handle_delete_groups(broker: Broker, request: Request) -> Any:
-    req = request.body
-    result = broker.groups.delete_groups(req.groups_names)
-    cls = response_type(42, request.api_version)
-    result_cls = sibling(cls, "DeletableGroupResult")
+def handle_delete_groups(ctx: GroupsContext, request: Request) -> Any:
+    result = ctx.coordinator.delete_groups(request.body.groups_names)
+    cls, result_cls = response_classes(request, "DeletableGroupResult")
     response = build(
         cls,
         throttle_time=ZERO,
@@ -243,4 +182,4 @@ def handle_delete_groups(broker: Broker, request: Request) -> Any:
             build(result_cls, group_id=g, error_code=e) for g, e in result.response.items()
         ),
     )
-    return broker.write_offsets_records(result.records, response)
+    return ctx.write_offsets(result.records, response)

@@ -3,22 +3,22 @@ and the first offset whose timestamp is at or after a given time."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import DataContext
 from onceflow.broker.handlers.metadata import LEADER_EPOCH
-from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
+from onceflow.broker.handlers.responses import build_from, response_classes
+from onceflow.protocol.entities import build
 from onceflow.records.batch import check_batch, parse_header
 from onceflow.records.errors import RecordsError
 from onceflow.records.walker import walk_batch
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.broker.topics import Partition
     from onceflow.protocol.messages import Request
 
@@ -96,42 +96,51 @@ def _scan_max_timestamp(partition: Partition, upper: int) -> tuple[int, int]:
     return match if match is not None else best
 
 
-@api(2, 1, 9)
-def handle_list_offsets(broker: Broker, request: Request) -> Any:
+@dataclasses.dataclass(frozen=True)
+class _Found:
+    """One partition's answer, fields named as the response's."""
+
+    error_code: ErrorCode = ErrorCode.none
+    offset: int = -1
+    timestamp: int = -1
+
+
+def _find(partition: Partition | None, timestamp: int, read_committed: bool) -> _Found:
+    if partition is None:
+        return _Found(ErrorCode.unknown_topic_or_partition)
+    upper = partition.last_stable_offset if read_committed else partition.high_watermark
+    if timestamp in (LATEST, LATEST_TIERED):
+        return _Found(offset=upper)
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return _Found(offset=partition.log.log_start_offset)
+    if timestamp == MAX_TIMESTAMP:
+        offset, ts = max_timestamp_offset(partition, upper)
+    elif timestamp < 0:
+        return _Found(ErrorCode.invalid_request)
+    else:
+        offset, ts = offset_for_time(partition, timestamp, upper)
+    return _Found(offset=offset, timestamp=ts)
+
+
+def handle_list_offsets(ctx: DataContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(2, request.api_version)
-    topic_cls = sibling(cls, "ListOffsetsTopicResponse")
-    part_cls = sibling(cls, "ListOffsetsPartitionResponse")
+    cls, topic_cls, part_cls = response_classes(
+        request, "ListOffsetsTopicResponse", "ListOffsetsPartitionResponse"
+    )
     read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     topics_out = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            partition = broker.topics.partition(t.name, p.partition_index)
-            error, offset, ts = ErrorCode.none, -1, -1
-            if partition is None:
-                error = ErrorCode.unknown_topic_or_partition
-            else:
-                upper = partition.last_stable_offset if read_committed else partition.high_watermark
-                if p.timestamp == LATEST or p.timestamp == LATEST_TIERED:
-                    offset = upper
-                elif p.timestamp in (EARLIEST, EARLIEST_LOCAL):
-                    offset = partition.log.log_start_offset
-                elif p.timestamp == MAX_TIMESTAMP:
-                    offset, ts = max_timestamp_offset(partition, upper)
-                elif p.timestamp < 0:
-                    error = ErrorCode.invalid_request
-                else:
-                    offset, ts = offset_for_time(partition, p.timestamp, upper)
+            partition = ctx.topics.partition(t.name, p.partition_index)
+            found = _find(partition, p.timestamp, read_committed)
             parts.append(
-                build(
+                build_from(
                     part_cls,
+                    found,
                     partition_index=p.partition_index,
-                    error_code=error,
-                    timestamp=ts,
-                    offset=offset,
                     leader_epoch=LEADER_EPOCH,
-                    old_style_offsets=(offset,),
+                    old_style_offsets=(found.offset,),
                 )
             )
         topics_out.append(build(topic_cls, name=t.name, partitions=tuple(parts)))

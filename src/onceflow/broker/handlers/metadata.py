@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import AdminContext
+from onceflow.broker.handlers.responses import response_class
 from onceflow.broker.topics import NewTopic, Topic, TopicError, validate_topic_name
 from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 log = logging.getLogger(__name__)
@@ -23,17 +22,17 @@ log = logging.getLogger(__name__)
 LEADER_EPOCH = 0  # a single node is leader of everything forever
 
 
-def broker_entity(broker: Broker, cls: type, request: Request) -> Any:
-    host, port = broker.advertised_endpoint(request)  # the listener the client connected to
-    return build(cls, node_id=broker.config.node_id, host=host, port=port, rack=None)
+def broker_entity(ctx: AdminContext, cls: type, request: Request) -> Any:
+    host, port = ctx.endpoint(request)  # the listener the client connected to
+    return build(cls, node_id=ctx.node.node_id, host=host, port=port, rack=None)
 
 
-async def auto_create(broker: Broker, names: list[str]) -> dict[str, Topic]:
+async def auto_create(ctx: AdminContext, names: list[str]) -> dict[str, Topic]:
     """Create topics with the broker defaults (one registry change, files off the loop); the
     ones refused are left out."""
     created = {}
-    results = await broker.topics.create_topics(
-        [NewTopic(name, broker.config.num_partitions) for name in names]
+    results = await ctx.topics.create_topics(
+        [NewTopic(name, ctx.config.num_partitions) for name in names]
     )
     for name, result in zip(names, results, strict=True):
         if isinstance(result, TopicError):
@@ -44,17 +43,16 @@ async def auto_create(broker: Broker, names: list[str]) -> dict[str, Topic]:
     return created
 
 
-@api(3, 0, 12)
-def handle_metadata(broker: Broker, request: Request) -> Any:
+def handle_metadata(ctx: AdminContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(3, request.api_version)
-    describe, failed = _describers(broker, cls)
+    cls = response_class(request)
+    describe, failed = _describers(ctx, cls)
     requested = req.topics
     if request.api_version == 0 and not requested:
         requested = None  # v0: an empty list means every topic
     allow_auto = getattr(req, "allow_auto_topic_creation", True)
     if requested is None:
-        topics = tuple(describe(t) for t in broker.topics)
+        topics = tuple(describe(t) for t in ctx.topics)
     elif request.api_version < 12 and any(
         t.name is None or getattr(t, "topic_id", None) is not None for t in requested
     ):
@@ -68,31 +66,28 @@ def handle_metadata(broker: Broker, request: Request) -> Any:
         missing = [
             t.name
             for t in requested
-            if t.name is not None and broker.topics.get(t.name) is None and _legal(t.name)
+            if t.name is not None and ctx.topics.get(t.name) is None and _legal(t.name)
         ]
-        if missing and allow_auto and broker.config.auto_create_topics_enable:
+        if missing and allow_auto and ctx.config.auto_create_topics_enable:
             # Creating makes files: answered once they are made, off the event loop.
-            return _after_auto_create(broker, request, list(dict.fromkeys(missing)))
-        topics = _describe_wanted(broker, requested, describe, failed, {})
-    return _metadata_response(broker, request, cls, topics)
+            return _after_auto_create(ctx, request, list(dict.fromkeys(missing)))
+        topics = _describe_wanted(ctx, requested, describe, failed, {})
+    return _metadata_response(ctx, request, cls, topics)
 
 
-async def _after_auto_create(broker: Broker, request: Request, missing: list[str]) -> Any:
-    created = await auto_create(broker, missing)
-    cls = response_type(3, request.api_version)
-    describe, failed = _describers(broker, cls)
+async def _after_auto_create(ctx: AdminContext, request: Request, missing: list[str]) -> Any:
+    created = await auto_create(ctx, missing)
+    cls = response_class(request)
+    describe, failed = _describers(ctx, cls)
     return _metadata_response(
-        broker,
-        request,
-        cls,
-        _describe_wanted(broker, request.body.topics, describe, failed, created),
+        ctx, request, cls, _describe_wanted(ctx, request.body.topics, describe, failed, created)
     )
 
 
-def _describers(broker: Broker, cls: type) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def _describers(ctx: AdminContext, cls: type) -> tuple[Callable[..., Any], Callable[..., Any]]:
     topic_cls = sibling(cls, "MetadataResponseTopic")
     partition_cls = sibling(cls, "MetadataResponsePartition")
-    node = broker.config.node_id
+    node = ctx.node.node_id
 
     def describe(topic: Topic) -> Any:
         partitions = tuple(
@@ -139,7 +134,7 @@ def _legal(name: str) -> bool:
 
 
 def _describe_wanted(
-    broker: Broker,
+    ctx: AdminContext,
     requested: Any,
     describe: Callable[..., Any],
     failed: Callable[..., Any],
@@ -149,14 +144,14 @@ def _describe_wanted(
     for wanted in requested:
         name = wanted.name
         if name is None:
-            topic = broker.topics.by_id(wanted.topic_id)
+            topic = ctx.topics.by_id(wanted.topic_id)
             out.append(
                 describe(topic)
                 if topic
                 else failed(None, ErrorCode.unknown_topic_id, wanted.topic_id)
             )
             continue
-        topic = broker.topics.get(name) or created.get(name)
+        topic = ctx.topics.get(name) or created.get(name)
         if topic is None and not _legal(name):
             out.append(failed(name, ErrorCode.invalid_topic_exception))
             continue
@@ -164,13 +159,15 @@ def _describe_wanted(
     return tuple(out)
 
 
-def _metadata_response(broker: Broker, request: Request, cls: type, topics: tuple[Any, ...]) -> Any:
-    node = broker.config.node_id
+def _metadata_response(
+    ctx: AdminContext, request: Request, cls: type, topics: tuple[Any, ...]
+) -> Any:
+    node = ctx.node.node_id
     return build(
         cls,
         throttle_time=datetime.timedelta(0),
-        brokers=(broker_entity(broker, sibling(cls, "MetadataResponseBroker"), request),),
-        cluster_id=broker.cluster_id,
+        brokers=(broker_entity(ctx, sibling(cls, "MetadataResponseBroker"), request),),
+        cluster_id=ctx.node.cluster_id,
         controller_id=node,
         topics=topics,
         cluster_authorized_operations=-2147483648,

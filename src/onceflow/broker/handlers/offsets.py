@@ -3,26 +3,28 @@
 from __future__ import annotations
 
 import datetime
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import GroupsContext, PartitionLookup
+from onceflow.broker.handlers.responses import (
+    by_topic,
+    partition_errors,
+    response_class,
+)
 from onceflow.groups.coordinator import CoordinatorLoadInProgressError
 from onceflow.groups.offsets import OffsetAndMetadata, OffsetFetchEntry, TopicPartition
 from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 ZERO = datetime.timedelta(0)
 
 
 def requested_offsets(
-    broker: Broker, topics: Any
+    partitions: PartitionLookup, topics: Any
 ) -> tuple[dict[TopicPartition, OffsetAndMetadata], dict[TopicPartition, ErrorCode]]:
     """The offsets of an (Txn)OffsetCommit request, and errors for partitions that do not exist."""
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -30,7 +32,7 @@ def requested_offsets(
     for t in topics:
         for p in t.partitions:
             tp = (t.name, p.partition_index)
-            if broker.topics.partition(t.name, p.partition_index) is None:
+            if partitions.partition(t.name, p.partition_index) is None:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
                 continue
             offsets[tp] = OffsetAndMetadata(
@@ -42,27 +44,18 @@ def requested_offsets(
 
 
 def commit_response(cls: type, errors: dict[TopicPartition, ErrorCode]) -> Any:
+    """An (Txn)OffsetCommit response: an error code per partition."""
     topic_cls = sibling(cls, cls.__name__.replace("Response", "ResponseTopic"))
     part_cls = sibling(cls, cls.__name__.replace("Response", "ResponsePartition"))
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (topic, partition), error in errors.items():
-        by_topic[topic].append(build(part_cls, partition_index=partition, error_code=error))
-    return build(
-        cls,
-        throttle_time=ZERO,
-        topics=tuple(
-            build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
-        ),
-    )
+    return build(cls, throttle_time=ZERO, topics=partition_errors(errors, topic_cls, part_cls))
 
 
-@api(8, 2, 9)
-def handle_offset_commit(broker: Broker, request: Request) -> Any:
+def handle_offset_commit(ctx: GroupsContext, request: Request) -> Any:
     req = request.body
-    offsets, errors = requested_offsets(broker, req.topics)
+    offsets, errors = requested_offsets(ctx.partitions, req.topics)
     retention = getattr(req, "retention_time", None)
     retention_ms = -1 if retention is None else int(retention.total_seconds() * 1000)
-    result = broker.groups.commit_offsets(
+    result = ctx.coordinator.commit_offsets(
         req.group_id,
         req.generation_id_or_member_epoch,
         req.member_id,
@@ -72,18 +65,18 @@ def handle_offset_commit(broker: Broker, request: Request) -> Any:
         api_version=request.api_version,
     )
     errors.update(result.response)
-    response = commit_response(response_type(8, request.api_version), errors)
-    return broker.write_offsets_records(result.records, response)
+    response = commit_response(response_class(request), errors)
+    return ctx.write_offsets(result.records, response)
 
 
 def _fetch_group(
-    broker: Broker, group_id: str, topics: Any, require_stable: bool
+    ctx: GroupsContext, group_id: str, topics: Any, require_stable: bool
 ) -> tuple[ErrorCode, dict[TopicPartition, OffsetFetchEntry]]:
     partitions = (
         None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     )
     try:
-        return ErrorCode.none, broker.groups.fetch_offsets(group_id, partitions, require_stable)
+        return ErrorCode.none, ctx.coordinator.fetch_offsets(group_id, partitions, require_stable)
     except CoordinatorLoadInProgressError:
         return ErrorCode.coordinator_load_in_progress, {}
 
@@ -91,10 +84,10 @@ def _fetch_group(
 def _topics(
     cls: type, topic_name: str, part_name: str, entries: dict[TopicPartition, OffsetFetchEntry]
 ) -> tuple[Any, ...]:
-    topic_cls, part_cls = sibling(cls, topic_name), sibling(cls, part_name)
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (topic, partition), e in entries.items():
-        by_topic[topic].append(
+    part_cls = sibling(cls, part_name)
+    parts = (
+        (
+            topic,
             build(
                 part_cls,
                 partition_index=partition,
@@ -102,21 +95,22 @@ def _topics(
                 committed_leader_epoch=e.leader_epoch,
                 metadata=e.metadata,
                 error_code=e.error,
-            )
+            ),
         )
-    return tuple(build(topic_cls, name=n, partitions=tuple(ps)) for n, ps in by_topic.items())
+        for (topic, partition), e in entries.items()
+    )
+    return by_topic(parts, sibling(cls, topic_name))
 
 
-@api(9, 1, 9)
-def handle_offset_fetch(broker: Broker, request: Request) -> Any:
+def handle_offset_fetch(ctx: GroupsContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(9, request.api_version)
+    cls = response_class(request)
     require_stable = getattr(req, "require_stable", False)
     if request.api_version >= 8:
         group_cls = sibling(cls, "OffsetFetchResponseGroup")
         groups = []
         for g in req.groups:
-            error, entries = _fetch_group(broker, g.group_id, g.topics, require_stable)
+            error, entries = _fetch_group(ctx, g.group_id, g.topics, require_stable)
             groups.append(
                 build(
                     group_cls,
@@ -128,7 +122,7 @@ def handle_offset_fetch(broker: Broker, request: Request) -> Any:
                 )
             )
         return build(cls, throttle_time=ZERO, groups=tuple(groups))
-    error, entries = _fetch_group(broker, req.group_id, req.topics, require_stable)
+    error, entries = _fetch_group(ctx, req.group_id, req.topics, require_stable)
     if request.api_version < 2 and error != ErrorCode.none:
         entries = {tp: OffsetFetchEntry(error=error) for tp in entries}
     return build(

@@ -20,15 +20,14 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.append_outcome import AppendRefused
-from onceflow.broker.dispatch import api
 from onceflow.broker.durability import PartitionsNotDurableError
 from onceflow.broker.faults import crash_point, delay_point
+from onceflow.broker.handlers.context import DataContext
+from onceflow.broker.handlers.responses import build_from, response_classes
 from onceflow.protocol.entities import build, has_field, sibling
-from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
     from onceflow.broker.partition import Partition
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 log = logging.getLogger(__name__)
@@ -40,81 +39,85 @@ def to_datetime(ms: int) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
-@api(0, 0, 12, parsed_from=3)
-def handle_produce(broker: Broker, request: Request) -> Any:
+@dataclasses.dataclass(frozen=True)
+class _Answer:
+    """One partition's answer, fields named as the response's; by default a refusal."""
+
+    error_code: ErrorCode
+    error_message: str | None = None
+    record_errors: tuple[Any, ...] = ()
+    base_offset: int = -1
+    log_append_time: datetime.datetime | None = None
+    log_start_offset: int = -1
+
+
+def handle_produce(ctx: DataContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(0, request.api_version)
-    topic_cls = sibling(cls, "TopicProduceResponse")
-    part_cls = sibling(cls, "PartitionProduceResponse")
+    cls, topic_cls, part_cls = response_classes(
+        request, "TopicProduceResponse", "PartitionProduceResponse"
+    )
     # Produce v8+ names the records at fault (KIP-467)
     record_error_cls = (
         sibling(cls, "BatchIndexAndErrorMessage") if has_field(part_cls, "record_errors") else None
     )
-    if req.acks not in (0, 1, -1):
-        error_all: ErrorCode | None = ErrorCode.invalid_required_acks
-    else:
-        error_all = None
     touched: list[Partition] = []
     topics_out = []
     for topic_data in req.topic_data:
         parts_out = []
         for pdata in topic_data.partition_data:
-            partition = broker.topics.partition(topic_data.name, pdata.index)
-            base_offset, append_time, start = -1, -1, -1
-            error, message = ErrorCode.none, None
-            record_errors: tuple[Any, ...] = ()
-            if error_all is not None:
-                error = error_all
-            elif partition is None:
-                error = ErrorCode.unknown_topic_or_partition
-            elif not pdata.records:
-                error, message = ErrorCode.invalid_record, "no records"
+            if req.acks not in (0, 1, -1):
+                answer = _Answer(ErrorCode.invalid_required_acks)
             else:
-                try:
-                    result = partition.append_records(
-                        pdata.records,
-                        req.transactional_id,
-                        broker.transactions.coordinator,
-                        produce_version=request.api_version,
-                        max_decompressed_bytes=broker.config.message_max_decompressed_bytes,
-                    )
-                except AppendRefused as e:
-                    error, message = e.code, str(e)
-                    if record_error_cls is not None:
-                        record_errors = tuple(
-                            build(
-                                record_error_cls,
-                                batch_index=index,
-                                batch_index_error_message=text,
-                            )
-                            for index, text in e.record_errors
-                        )
-                    log.info("produce to %s-%d refused: %s", topic_data.name, pdata.index, e)
-                else:
-                    base_offset, append_time = result.first_offset, result.log_append_time
-                    start = result.log_start_offset
-                    # A duplicate is answered once its original is durable, like any write.
-                    touched.append(partition)
-            parts_out.append(
-                build(
-                    part_cls,
-                    index=pdata.index,
-                    error_code=error,
-                    base_offset=base_offset,
-                    log_append_time=to_datetime(append_time),
-                    log_start_offset=start,
-                    record_errors=record_errors,
-                    error_message=message,
-                )
-            )
+                answer = _append(ctx, request, topic_data.name, pdata, record_error_cls, touched)
+            parts_out.append(build_from(part_cls, answer, index=pdata.index))
         topics_out.append(
             build(topic_cls, name=topic_data.name, partition_responses=tuple(parts_out))
         )
     response = build(cls, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
-    durable = broker.make_durable(touched)
+    durable = ctx.durability.make_durable(touched)
     if req.acks == -1 and touched:
         return _after(durable, response)
     return None if req.acks == 0 else response
+
+
+def _append(
+    ctx: DataContext,
+    request: Request,
+    topic: str,
+    pdata: Any,
+    record_error_cls: type | None,
+    touched: list[Partition],
+) -> _Answer:
+    partition = ctx.topics.partition(topic, pdata.index)
+    if partition is None:
+        return _Answer(ErrorCode.unknown_topic_or_partition)
+    if not pdata.records:
+        return _Answer(ErrorCode.invalid_record, "no records")
+    try:
+        result = partition.append_records(
+            pdata.records,
+            request.body.transactional_id,
+            ctx.transaction_checks,
+            produce_version=request.api_version,
+            max_decompressed_bytes=ctx.config.message_max_decompressed_bytes,
+        )
+    except AppendRefused as e:
+        log.info("produce to %s-%d refused: %s", topic, pdata.index, e)
+        record_errors: tuple[Any, ...] = ()
+        if record_error_cls is not None:
+            record_errors = tuple(
+                build(record_error_cls, batch_index=index, batch_index_error_message=text)
+                for index, text in e.record_errors
+            )
+        return _Answer(e.code, str(e), record_errors)
+    # A duplicate is answered once its original is durable, like any write.
+    touched.append(partition)
+    return _Answer(
+        ErrorCode.none,
+        base_offset=result.first_offset,
+        log_append_time=to_datetime(result.log_append_time),
+        log_start_offset=result.log_start_offset,
+    )
 
 
 async def _after(durable: asyncio.Future[None], response: Any) -> Any:
@@ -133,9 +136,7 @@ def _with_errors(response: Any, errors: dict[tuple[str, int], ErrorCode]) -> Any
         code = errors.get((topic, p.index))
         if code is None:
             return p
-        return dataclasses.replace(
-            p, error_code=code, base_offset=-1, log_append_time=None, log_start_offset=-1
-        )
+        return build_from(type(p), _Answer(code), index=p.index)
 
     topics = tuple(
         dataclasses.replace(

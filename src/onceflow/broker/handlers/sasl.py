@@ -6,21 +6,20 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from onceflow.broker.dispatch import api
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.entities import build
 from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
+    from onceflow.broker.handlers.context import SecurityContext
     from onceflow.protocol.messages import Request
     from onceflow.security.session import Session
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
+SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
 
 
-@api(SASL_HANDSHAKE, 0, 1)
-def handle_sasl_handshake(broker: Broker, request: Request) -> Any:
+def handle_sasl_handshake(ctx: SecurityContext, request: Request) -> Any:
     session: Session = request.session
     error = session.handshake(request.body.mechanism, request.api_version)
     return build(
@@ -31,8 +30,7 @@ def handle_sasl_handshake(broker: Broker, request: Request) -> Any:
     )
 
 
-@api(SASL_AUTHENTICATE, 0, 2)
-def handle_sasl_authenticate(broker: Broker, request: Request) -> Any:
+def handle_sasl_authenticate(ctx: SecurityContext, request: Request) -> Any:
     return _authenticate(request)
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
 from onceflow.security.credential_changes import (
@@ -24,14 +24,14 @@ from onceflow.security.credential_changes import (
 from onceflow.security.credentials import CredentialStoreError
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
+    from onceflow.broker.handlers.context import SecurityContext
     from onceflow.protocol.messages import Request
     from onceflow.security.session import Session
 
 log = logging.getLogger(__name__)
 
-DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-ALTER_USER_SCRAM_CREDENTIALS = 51
+DESCRIBE_USER_SCRAM_CREDENTIALS = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS
+ALTER_USER_SCRAM_CREDENTIALS = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
 _NO_THROTTLE = datetime.timedelta(0)
 
 
@@ -42,8 +42,7 @@ def may_manage_credentials(session: Session | None) -> bool:
     return session is None or session.authenticated
 
 
-@api(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
-def handle_describe_user_scram_credentials(broker: Broker, request: Request) -> Any:
+def handle_describe_user_scram_credentials(ctx: SecurityContext, request: Request) -> Any:
     cls = response_type(DESCRIBE_USER_SCRAM_CREDENTIALS, request.api_version)
     result_cls = sibling(cls, "DescribeUserScramCredentialsResult")
     info_cls = sibling(cls, "CredentialInfo")
@@ -56,7 +55,7 @@ def handle_describe_user_scram_credentials(broker: Broker, request: Request) -> 
             results=(),
         )
     users = None if request.body.users is None else [u.name for u in request.body.users]
-    results = describe(broker.security.credentials, users)
+    results = describe(ctx.security.credentials, users)
     return build(
         cls,
         throttle_time=_NO_THROTTLE,
@@ -77,12 +76,11 @@ def handle_describe_user_scram_credentials(broker: Broker, request: Request) -> 
     )
 
 
-@api(ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
-def handle_alter_user_scram_credentials(broker: Broker, request: Request) -> Any:
-    return _alter(broker, request)
+def handle_alter_user_scram_credentials(ctx: SecurityContext, request: Request) -> Any:
+    return _alter(ctx, request)
 
 
-async def _alter(broker: Broker, request: Request) -> Any:
+async def _alter(ctx: SecurityContext, request: Request) -> Any:
     body = request.body
     users = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
     if not may_manage_credentials(request.session):
@@ -91,7 +89,7 @@ async def _alter(broker: Broker, request: Request) -> Any:
             for user in dict.fromkeys(users)
         ]
         return _alter_response(request, results)
-    security = broker.security
+    security = ctx.security
     # One alteration at a time: each plans against what the previous one stored.
     async with security.credentials_lock:
         store = security.credentials

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import AdminContext
+from onceflow.broker.handlers.responses import response_class
 from onceflow.broker.topics import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -23,10 +24,8 @@ from onceflow.broker.topics import (
     UnknownTopicIdError,
 )
 from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 log = logging.getLogger(__name__)
@@ -53,15 +52,15 @@ def topic_error_code(error: TopicError) -> ErrorCode:
     return _TOPIC_ERRORS.get(type(error), ErrorCode.unknown_server_error)
 
 
-def _check_replicas(broker: Broker, broker_ids: Any) -> None:
-    if tuple(broker_ids) != (broker.config.node_id,):
+def _check_replicas(ctx: AdminContext, broker_ids: Any) -> None:
+    if tuple(broker_ids) != (ctx.config.node_id,):
         raise InvalidReplicaAssignmentError(
-            f"The manual partition assignment {list(broker_ids)} is not [{broker.config.node_id}]: "
-            f"only broker {broker.config.node_id} exists"
+            f"The manual partition assignment {list(broker_ids)} is not [{ctx.config.node_id}]: "
+            f"only broker {ctx.config.node_id} exists"
         )
 
 
-def _partition_count(broker: Broker, topic: Any) -> int:
+def _partition_count(ctx: AdminContext, topic: Any) -> int:
     if topic.assignments:
         if topic.replication_factor != -1:
             raise InvalidReplicationError(
@@ -73,7 +72,7 @@ def _partition_count(broker: Broker, topic: Any) -> int:
                 "A manual partition assignment was specified, but numPartitions was not set to -1."
             )
         for assignment in topic.assignments:
-            _check_replicas(broker, assignment.broker_ids)
+            _check_replicas(ctx, assignment.broker_ids)
         indexes = sorted(a.partition_index for a in topic.assignments)
         if indexes != list(range(len(indexes))):
             raise InvalidReplicaAssignmentError(
@@ -88,11 +87,10 @@ def _partition_count(broker: Broker, topic: Any) -> int:
         raise InvalidReplicationError(
             f"Replication factor: {topic.replication_factor} larger than available brokers: 1."
         )
-    return broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+    return ctx.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
 
 
-@api(19, 2, 7)
-def handle_create_topics(broker: Broker, request: Request) -> Any:
+def handle_create_topics(ctx: AdminContext, request: Request) -> Any:
     """Checks that need no state now; the rest, and the files, in one registry change."""
     req = request.body
     outcomes: list[TopicError | NewTopic] = []
@@ -103,37 +101,40 @@ def handle_create_topics(broker: Broker, request: Request) -> Any:
             if t.name in seen:
                 raise InvalidTopicError(f"topic {t.name!r} appears twice in the request")
             seen.add(t.name)
-            count = _partition_count(broker, t)
+            count = _partition_count(ctx, t)
             if req.validate_only:
-                broker.topics.validate_new(t.name, count, configs)
+                ctx.topics.validate_new(t.name, count, configs)
             outcomes.append(NewTopic(t.name, count, configs))
         except TopicError as e:
             outcomes.append(e)
     wanted = [o for o in outcomes if isinstance(o, NewTopic)]
     if req.validate_only or not wanted:
-        return _create_topics_response(broker, request, outcomes, {})
-    return _create_topics_later(broker, request, outcomes, wanted)
+        return _create_topics_response(ctx, request, outcomes, {})
+    return _create_topics_later(ctx, request, outcomes, wanted)
 
 
 async def _create_topics_later(
-    broker: Broker, request: Request, outcomes: list[TopicError | NewTopic], wanted: list[NewTopic]
+    ctx: AdminContext,
+    request: Request,
+    outcomes: list[TopicError | NewTopic],
+    wanted: list[NewTopic],
 ) -> Any:
-    created = await broker.topics.create_topics(wanted)
+    created = await ctx.topics.create_topics(wanted)
     for new, result in zip(wanted, created, strict=True):
         if isinstance(result, Topic):
             log.info("created topic %r with %d partition(s)", new.name, new.num_partitions)
     return _create_topics_response(
-        broker, request, outcomes, {new.name: r for new, r in zip(wanted, created, strict=True)}
+        ctx, request, outcomes, {new.name: r for new, r in zip(wanted, created, strict=True)}
     )
 
 
 def _create_topics_response(
-    broker: Broker,
+    ctx: AdminContext,
     request: Request,
     outcomes: list[TopicError | NewTopic],
     created: dict[str, Topic | TopicError],
 ) -> Any:
-    cls = response_type(19, request.api_version)
+    cls = response_class(request)
     result_cls = sibling(cls, "CreatableTopicResult")
     config_cls = sibling(cls, "CreatableTopicConfigs") if request.api_version >= 5 else None
     results = []
@@ -148,7 +149,7 @@ def _create_topics_response(
             if isinstance(result, Topic):
                 topic_id = result.topic_id
             if config_cls is not None:
-                effective = broker.topics.effective_configs(outcome.configs)
+                effective = ctx.topics.effective_configs(outcome.configs)
                 configs_out = tuple(
                     build(
                         config_cls,
@@ -176,23 +177,22 @@ def _create_topics_response(
     return build(cls, throttle_time=datetime.timedelta(0), topics=tuple(results))
 
 
-@api(20, 1, 6)
-def handle_delete_topics(broker: Broker, request: Request) -> Any:
+def handle_delete_topics(ctx: AdminContext, request: Request) -> Any:
     req = request.body
     if request.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in req.topics]
     else:
         wanted = [(name, None) for name in req.topic_names]
-    return _delete_topics_later(broker, request, wanted)
+    return _delete_topics_later(ctx, request, wanted)
 
 
 async def _delete_topics_later(
-    broker: Broker, request: Request, wanted: list[tuple[str | None, Any]]
+    ctx: AdminContext, request: Request, wanted: list[tuple[str | None, Any]]
 ) -> Any:
-    cls = response_type(20, request.api_version)
+    cls = response_class(request)
     result_cls = sibling(cls, "DeletableTopicResult")
     # An id is resolved inside the change, so it names the topic as it is then.
-    deleted = await broker.topics.delete_topics(
+    deleted = await ctx.topics.delete_topics(
         [name if name is not None else topic_id for name, topic_id in wanted]
     )
     results = []
@@ -211,20 +211,19 @@ async def _delete_topics_later(
     return build(cls, throttle_time=datetime.timedelta(0), responses=tuple(results))
 
 
-@api(37, 0, 3)
-def handle_create_partitions(broker: Broker, request: Request) -> Any:
-    return _create_partitions_later(broker, request)
+def handle_create_partitions(ctx: AdminContext, request: Request) -> Any:
+    return _create_partitions_later(ctx, request)
 
 
-async def _create_partitions_later(broker: Broker, request: Request) -> Any:
+async def _create_partitions_later(ctx: AdminContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(37, request.api_version)
+    cls = response_class(request)
     result_cls = sibling(cls, "CreatePartitionsTopicResult")
     results = []
     for t in req.topics:
         error, message = ErrorCode.none, None
         try:
-            topic = broker.topics.get(t.name)
+            topic = ctx.topics.get(t.name)
             if topic is None:
                 raise UnknownTopicError(f"topic {t.name!r} does not exist")
             if t.count <= len(topic.partitions):
@@ -238,10 +237,10 @@ async def _create_partitions_later(broker: Broker, request: Request) -> Any:
                     f"but {len(t.assignments)} assignments provided."
                 )
             for assignment in t.assignments or ():
-                _check_replicas(broker, assignment.broker_ids)
+                _check_replicas(ctx, assignment.broker_ids)
             if not req.validate_only:
                 # Checked again inside the change: another request may have run meanwhile.
-                await broker.topics.add_partitions(t.name, t.count)
+                await ctx.topics.add_partitions(t.name, t.count)
                 log.info("topic %r now has %d partitions", t.name, t.count)
         except TopicError as e:
             error, message = topic_error_code(e), str(e)

@@ -7,30 +7,35 @@ import asyncio
 import datetime
 import inspect
 import logging
-from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
+from onceflow.broker.handlers.context import DataContext, TxnContext
 from onceflow.broker.handlers.offsets import commit_response, requested_offsets
+from onceflow.broker.handlers.responses import (
+    build_from,
+    partition_errors,
+    response_class,
+    response_classes,
+)
 from onceflow.broker.transactions import (
     HELD_REQUEST_TIMEOUT_S,
     OFFSETS_TOPIC,
     CoordinatorUnavailableError,
 )
-from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
+from onceflow.coordinator_result import CoordinatorResult
+from onceflow.protocol.entities import build
 from onceflow.txn.coordinator import InitProducerIdResponse, error_for_version
 
 if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
     from onceflow.protocol.messages import Request
 
 log = logging.getLogger(__name__)
 
 ZERO = datetime.timedelta(0)
+T = TypeVar("T")
 
 
 def _ms(delta: datetime.timedelta) -> int:
@@ -42,7 +47,7 @@ def _datetime(ms: int) -> datetime.datetime:
 
 
 def _after_markers(
-    broker: Broker,
+    ctx: TxnContext,
     transactional_id: str | None,
     start: Callable[[], Any],
     busy: Callable[[ErrorCode], Any],
@@ -50,7 +55,7 @@ def _after_markers(
     """`start()` now, or once the id's markers in flight are written (pending_markers). Held
     at most HELD_REQUEST_TIMEOUT_S: then `busy(CONCURRENT_TRANSACTIONS)` answers, which is what
     Kafka answers at once while markers are in flight, and clients retry."""
-    pending = broker.transactions.pending_markers(transactional_id)
+    pending = ctx.driver.pending_markers(transactional_id)
     if pending is None:
         return start()
 
@@ -65,33 +70,42 @@ def _after_markers(
     return later()
 
 
-@api(22, 0, 5)
-def handle_init_producer_id(broker: Broker, request: Request) -> Any:
+def handle_init_producer_id(ctx: TxnContext, request: Request) -> Any:
     req = request.body
     return _after_markers(
-        broker,
+        ctx,
         req.transactional_id,
-        lambda: _init(broker, request),
+        lambda: _init(ctx, request),
         lambda error: _init_answer(request, InitProducerIdResponse(error)),
     )
 
 
-def _init(broker: Broker, request: Request) -> Any:
+def _init(ctx: TxnContext, request: Request) -> Any:
     req = request.body
-    result = broker.transactions.coordinator.init_producer_id(
+    result = ctx.coordinator.init_producer_id(
         req.transactional_id,
         _ms(req.transaction_timeout),
         getattr(req, "producer_id", -1),
         getattr(req, "producer_epoch", -1),
     )
-    return _init_response(broker, request, result)
+    return _init_response(ctx, request, result)
 
 
-async def _init_response(broker: Broker, request: Request, result: Any) -> Any:
+async def _run(
+    ctx: TxnContext, result: CoordinatorResult[T], unavailable: Callable[[ErrorCode], T]
+) -> T:
+    """The coordinator's result run by the driver (written, durable, replayed); when it could not
+    be written, what `unavailable` makes of COORDINATOR_NOT_AVAILABLE."""
     try:
-        answer = await broker.transactions.run(result)
+        return await ctx.driver.run(result)
     except CoordinatorUnavailableError as e:
-        answer = InitProducerIdResponse(e.error_code)
+        return unavailable(e.error_code)
+
+
+async def _init_response(
+    ctx: TxnContext, request: Request, result: CoordinatorResult[InitProducerIdResponse]
+) -> Any:
+    answer = await _run(ctx, result, InitProducerIdResponse)
     if answer.error == ErrorCode.none and request.body.transactional_id:
         # As Kafka logs it: the epochs a transactional id was given, for post-mortems.
         log.info(
@@ -104,22 +118,20 @@ async def _init_response(broker: Broker, request: Request, result: Any) -> Any:
 
 
 def _init_answer(request: Request, answer: InitProducerIdResponse) -> Any:
-    return build(
-        response_type(22, request.api_version),
+    return build_from(
+        response_class(request),
+        answer,
         throttle_time=ZERO,
-        error_code=error_for_version(answer.error, 22, request.api_version),
-        producer_id=answer.producer_id,
-        producer_epoch=answer.producer_epoch,
+        error_code=error_for_version(answer.error, request.api_key, request.api_version),
     )
 
 
-@api(24, 0, 3)
-def handle_add_partitions_to_txn(broker: Broker, request: Request) -> Any:
+def handle_add_partitions_to_txn(ctx: TxnContext, request: Request) -> Any:
     txn_id = request.body.v3_and_below_transactional_id
     return _after_markers(
-        broker,
+        ctx,
         txn_id,
-        lambda: _add_partitions(broker, request),
+        lambda: _add_partitions(ctx, request),
         lambda error: _add_partitions_response(request, _every_partition(request, error)),
     )
 
@@ -128,10 +140,10 @@ def _every_partition(request: Request, error: ErrorCode) -> dict[tuple[str, int]
     return {(t.name, p): error for t in request.body.v3_and_below_topics for p in t.partitions}
 
 
-def _add_partitions(broker: Broker, request: Request) -> Any:
+def _add_partitions(ctx: TxnContext, request: Request) -> Any:
     req = request.body
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if broker.topics.partition(*tp) is None}
+    unknown = {tp for tp in wanted if ctx.groups.partitions.partition(*tp) is None}
     if unknown:
         # As Kafka: nothing is added; unknown partitions fail, the others are not attempted.
         errors = {
@@ -141,104 +153,96 @@ def _add_partitions(broker: Broker, request: Request) -> Any:
             for tp in wanted
         }
         return _add_partitions_response(request, errors)
-    result = broker.transactions.coordinator.add_partitions(
+    result = ctx.coordinator.add_partitions(
         req.v3_and_below_transactional_id,
         req.v3_and_below_producer_id,
         req.v3_and_below_producer_epoch,
         wanted,
     )
-    return _add_partitions_later(broker, request, result)
+    return _add_partitions_later(ctx, request, result)
 
 
-async def _add_partitions_later(broker: Broker, request: Request, result: Any) -> Any:
-    try:
-        errors = await broker.transactions.run(result)
-    except CoordinatorUnavailableError as e:
-        errors = _every_partition(request, e.error_code)
+async def _add_partitions_later(
+    ctx: TxnContext, request: Request, result: CoordinatorResult[dict[tuple[str, int], ErrorCode]]
+) -> Any:
+    errors = await _run(ctx, result, lambda error: _every_partition(request, error))
     return _add_partitions_response(request, errors)
 
 
 def _add_partitions_response(request: Request, errors: dict[tuple[str, int], ErrorCode]) -> Any:
-    cls = response_type(24, request.api_version)
-    topic_cls = sibling(cls, "AddPartitionsToTxnTopicResult")
-    part_cls = sibling(cls, "AddPartitionsToTxnPartitionResult")
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (topic, partition), error in errors.items():
-        by_topic[topic].append(
-            build(
-                part_cls,
-                partition_index=partition,
-                partition_error_code=error_for_version(error, 24, request.api_version),
-            )
-        )
+    cls, topic_cls, part_cls = response_classes(
+        request, "AddPartitionsToTxnTopicResult", "AddPartitionsToTxnPartitionResult"
+    )
+    answered = {
+        tp: error_for_version(error, request.api_key, request.api_version)
+        for tp, error in errors.items()
+    }
     return build(
         cls,
         throttle_time=ZERO,
-        results_by_topic_v3_and_below=tuple(
-            build(topic_cls, name=n, results_by_partition=tuple(ps)) for n, ps in by_topic.items()
+        results_by_topic_v3_and_below=partition_errors(
+            answered,
+            topic_cls,
+            part_cls,
+            partitions="results_by_partition",
+            error="partition_error_code",
         ),
     )
 
 
-@api(25, 0, 4)
-def handle_add_offsets_to_txn(broker: Broker, request: Request) -> Any:
+def handle_add_offsets_to_txn(ctx: TxnContext, request: Request) -> Any:
     req = request.body
 
     def add() -> Any:
-        result = broker.transactions.coordinator.add_offsets(
+        result = ctx.coordinator.add_offsets(
             req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
         )
-        return _simple_later(broker, request, 25, result)
+        return _simple_later(ctx, request, result)
 
     return _after_markers(
-        broker, req.transactional_id, add, lambda error: _simple_answer(request, 25, error)
+        ctx, req.transactional_id, add, lambda error: _simple_answer(request, error)
     )
 
 
-@api(26, 0, 4)
-def handle_end_txn(broker: Broker, request: Request) -> Any:
+def handle_end_txn(ctx: TxnContext, request: Request) -> Any:
     req = request.body
-    result = broker.transactions.coordinator.end_txn(
+    result = ctx.coordinator.end_txn(
         req.transactional_id, req.producer_id, req.producer_epoch, req.committed
     )
-    return _simple_later(broker, request, 26, result)
+    return _simple_later(ctx, request, result)
 
 
-async def _simple_later(broker: Broker, request: Request, api_key: int, result: Any) -> Any:
-    try:
-        error = await broker.transactions.run(result)
-    except CoordinatorUnavailableError as e:
-        error = e.error_code
-    return _simple_answer(request, api_key, error)
+async def _simple_later(ctx: TxnContext, request: Request, result: CoordinatorResult[Any]) -> Any:
+    return _simple_answer(request, await _run(ctx, result, lambda error: error))
 
 
-def _simple_answer(request: Request, api_key: int, error: ErrorCode) -> Any:
+def _simple_answer(request: Request, error: ErrorCode) -> Any:
     return build(
-        response_type(api_key, request.api_version),
+        response_class(request),
         throttle_time=ZERO,
-        error_code=error_for_version(error, api_key, request.api_version),
+        error_code=error_for_version(error, request.api_key, request.api_version),
     )
 
 
-@api(28, 0, 4)
-def handle_txn_offset_commit(broker: Broker, request: Request) -> Any:
+def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
     req = request.body
-    cls = response_type(28, request.api_version)
-    offsets, errors = requested_offsets(broker, req.topics)
-    coordinator = broker.transactions.coordinator
-    if not broker.transactions.verify_partition(
+    cls = response_class(request)
+    offsets, errors = requested_offsets(ctx.groups.partitions, req.topics)
+    if not ctx.driver.verify_partition(
         req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, 0
     ):
         # The offsets partition must be in the transaction (AddOffsetsToTxn first).
-        meta = coordinator.get(req.transactional_id)
+        meta = ctx.coordinator.get(req.transactional_id)
         error = ErrorCode.invalid_txn_state
         if meta is None or meta.producer_id != req.producer_id:
             error = ErrorCode.invalid_producer_id_mapping
         elif meta.producer_epoch != req.producer_epoch:
-            error = error_for_version(ErrorCode.producer_fenced, 28, request.api_version)
+            error = error_for_version(
+                ErrorCode.producer_fenced, request.api_key, request.api_version
+            )
         errors.update(dict.fromkeys(offsets, error))
         return commit_response(cls, errors)
-    result = broker.groups.txn_commit_offsets(
+    result = ctx.groups.coordinator.txn_commit_offsets(
         req.transactional_id,
         req.group_id,
         req.producer_id,
@@ -250,39 +254,31 @@ def handle_txn_offset_commit(broker: Broker, request: Request) -> Any:
     )
     errors.update(result.response)
     response = commit_response(cls, errors)
-    return broker.write_offsets_records(
+    return ctx.groups.write_offsets(
         result.records, response, producer_id=req.producer_id, producer_epoch=req.producer_epoch
     )
 
 
-@api(65, 0, 0)
-def handle_describe_transactions(broker: Broker, request: Request) -> Any:
-    cls = response_type(65, request.api_version)
-    state_cls = sibling(cls, "TransactionState")
-    topic_cls = sibling(cls, "TopicData")
+def handle_describe_transactions(ctx: TxnContext, request: Request) -> Any:
+    cls, state_cls, topic_cls = response_classes(request, "TransactionState", "TopicData")
     states = tuple(
-        build(
+        build_from(
             state_cls,
+            d,
             error_code=d.error,
-            transactional_id=d.transactional_id,
             transaction_state=d.state,
             transaction_timeout=datetime.timedelta(milliseconds=d.transaction_timeout_ms),
             transaction_start_time=_datetime(d.transaction_start_time_ms),
-            producer_id=d.producer_id,
-            producer_epoch=d.producer_epoch,
             topics=tuple(build(topic_cls, topic=t, partitions=ps) for t, ps in d.topics),
         )
-        for d in broker.transactions.coordinator.describe(list(request.body.transactional_ids))
+        for d in ctx.coordinator.describe(list(request.body.transactional_ids))
     )
     return build(cls, throttle_time=ZERO, transaction_states=states)
 
 
-@api(66, 0, 1)
-def handle_list_transactions(broker: Broker, request: Request) -> Any:
-    req = request.body
-    cls = response_type(66, request.api_version)
-    state_cls = sibling(cls, "TransactionState")
-    known = {
+# The states ListTransactions filters on; others are answered as unknown state filters.
+_KNOWN_STATES = frozenset(
+    {
         "Empty",
         "Ongoing",
         "PrepareCommit",
@@ -292,68 +288,52 @@ def handle_list_transactions(broker: Broker, request: Request) -> Any:
         "Dead",
         "PrepareEpochFence",
     }
-    listings = broker.transactions.coordinator.list(
+)
+
+
+def handle_list_transactions(ctx: TxnContext, request: Request) -> Any:
+    req = request.body
+    cls, state_cls = response_classes(request, "TransactionState")
+    listings = ctx.coordinator.list(
         req.state_filters, req.producer_id_filters, getattr(req, "duration_filter", -1)
     )
     return build(
         cls,
         throttle_time=ZERO,
         error_code=ErrorCode.none,
-        unknown_state_filters=tuple(s for s in req.state_filters if s not in known),
+        unknown_state_filters=tuple(s for s in req.state_filters if s not in _KNOWN_STATES),
         transaction_states=tuple(
-            build(
-                state_cls,
-                transactional_id=t.transactional_id,
-                producer_id=t.producer_id,
-                transaction_state=t.state,
-            )
-            for t in listings
+            build_from(state_cls, t, transaction_state=t.state) for t in listings
         ),
     )
 
 
-@api(61, 0, 0)
-def handle_describe_producers(broker: Broker, request: Request) -> Any:
-    cls = response_type(61, request.api_version)
-    topic_cls = sibling(cls, "TopicResponse")
-    part_cls = sibling(cls, "PartitionResponse")
-    producer_cls = sibling(cls, "ProducerState")
-    topics = []
-    for t in request.body.topics:
-        parts = []
-        for index in t.partition_indexes:
-            partition = broker.topics.partition(t.name, index)
-            if partition is None:
-                parts.append(
-                    build(
-                        part_cls,
-                        partition_index=index,
-                        error_code=ErrorCode.unknown_topic_or_partition,
-                        error_message=None,
-                        active_producers=(),
-                    )
-                )
-                continue
-            producers = tuple(
-                build(
-                    producer_cls,
-                    producer_id=p.producer_id,
-                    producer_epoch=p.producer_epoch,
-                    last_sequence=p.last_sequence,
-                    last_timestamp=p.last_timestamp,
-                    coordinator_epoch=p.coordinator_epoch,
-                    current_txn_start_offset=p.current_txn_start_offset,
-                )
-                for p in partition.producers.producers()
-            )
-            parts.append(
-                build(
-                    part_cls,
-                    partition_index=index,
-                    error_code=ErrorCode.none,
-                    error_message=None,
-                    active_producers=producers,
-                )
-            )
-        topics.append(build(topic_cls, name=t.name, partitions=tuple(parts)))
-    return build(cls, throttle_time=ZERO, topics=tuple(topics))
+def handle_describe_producers(ctx: DataContext, request: Request) -> Any:
+    """The producers' state of each partition (Kafka's partition-level DescribeProducers)."""
+    cls, topic_cls, part_cls, producer_cls = response_classes(
+        request, "TopicResponse", "PartitionResponse", "ProducerState"
+    )
+
+    def described(topic: str, index: int) -> Any:
+        partition = ctx.topics.partition(topic, index)
+        error, producers = ErrorCode.unknown_topic_or_partition, ()
+        if partition is not None:
+            error = ErrorCode.none
+            producers = tuple(build_from(producer_cls, p) for p in partition.producers.producers())
+        return build(
+            part_cls,
+            partition_index=index,
+            error_code=error,
+            error_message=None,
+            active_producers=producers,
+        )
+
+    topics = tuple(
+        build(
+            topic_cls,
+            name=t.name,
+            partitions=tuple(described(t.name, i) for i in t.partition_indexes),
+        )
+        for t in request.body.topics
+    )
+    return build(cls, throttle_time=ZERO, topics=topics)

@@ -15,28 +15,24 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.dispatch import api
 from onceflow.broker.durability import NotDurableError
+from onceflow.broker.handlers.context import DataContext
+from onceflow.broker.handlers.responses import partition_errors, response_classes
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.log.errors import DescriptorsExhaustedError
-from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
+from onceflow.protocol.entities import build
 from onceflow.txn.coordinator import OFFSETS_TOPIC
 from onceflow.txn.errors import TxnError
 
 if TYPE_CHECKING:
     from onceflow.broker.partition import Partition
-    from onceflow.broker.server import Broker
     from onceflow.log.partition_log import PartitionLog
     from onceflow.protocol.messages import Request
 
 log = logging.getLogger(__name__)
 
-WRITE_TXN_MARKERS = 27
 
-
-@api(WRITE_TXN_MARKERS, 1, 1)
-def handle_write_txn_markers(broker: Broker, request: Request) -> Any:
+def handle_write_txn_markers(ctx: DataContext, request: Request) -> Any:
     # Appends happen here, synchronously and in arrival order; only durability is awaited.
     written: list[Partition] = []  # what the request appended, to make durable first
     results: list[dict[tuple[str, int], ErrorCode]] = []
@@ -44,18 +40,18 @@ def handle_write_txn_markers(broker: Broker, request: Request) -> Any:
         errors: dict[tuple[str, int], ErrorCode] = {}
         for topic in marker.topics:
             for index in topic.partition_indexes:
-                errors[(topic.name, index)] = _append(broker, written, marker, topic.name, index)
+                errors[(topic.name, index)] = _append(ctx, written, marker, topic.name, index)
         results.append(errors)
-    return _answer_when_durable(broker, request, written, results)
+    return _answer_when_durable(ctx, request, written, results)
 
 
 def _append(
-    broker: Broker, written: list[Partition], marker: Any, topic: str, index: int
+    ctx: DataContext, written: list[Partition], marker: Any, topic: str, index: int
 ) -> ErrorCode:
     commit = bool(marker.transaction_result)
     # The offsets log keeps no producer epochs to check a marker against, so a stale one could
     # settle a newer transaction's offsets: only the coordinator writes markers there.
-    partition = None if topic == OFFSETS_TOPIC else broker.topics.partition(topic, index)
+    partition = None if topic == OFFSETS_TOPIC else ctx.topics.partition(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition
     try:
@@ -64,7 +60,7 @@ def _append(
             marker.producer_epoch,
             commit,
             marker.coordinator_epoch,
-            broker.clock(),
+            ctx.clock(),
         )
     except TxnError as e:
         halt_on_storage_error(e)  # the marker is in the log, its aborted-index entry is not
@@ -91,7 +87,7 @@ def _append(
 
 
 async def _answer_when_durable(
-    broker: Broker,
+    ctx: DataContext,
     request: Request,
     written: list[Partition],
     results: list[dict[tuple[str, int], ErrorCode]],
@@ -101,7 +97,7 @@ async def _answer_when_durable(
     failures: dict[PartitionLog, BaseException] = {}
     if logs:
         try:
-            await broker.committer.wait_durable(logs)
+            await ctx.durability.wait_durable(logs)
         except NotDurableError as e:
             failures = e.failures  # deleted since, or not yet synced: those answer an error
     for partition in partitions:
@@ -109,7 +105,7 @@ async def _answer_when_durable(
         if error is None:
             partition.notify()
             continue
-        code = broker.not_durable_code(partition, error)
+        code = ctx.durability.not_durable_code(partition, error)
         for errors in results:
             if errors.get((partition.topic, partition.index)) == ErrorCode.none:
                 errors[(partition.topic, partition.index)] = code
@@ -117,25 +113,18 @@ async def _answer_when_durable(
 
 
 def _response(request: Request, results: list[dict[tuple[str, int], ErrorCode]]) -> Any:
-    cls = response_type(WRITE_TXN_MARKERS, request.api_version)
-    marker_cls = sibling(cls, "WritableTxnMarkerResult")
-    topic_cls = sibling(cls, "WritableTxnMarkerTopicResult")
-    part_cls = sibling(cls, "WritableTxnMarkerPartitionResult")
-    markers = []
-    for marker, errors in zip(request.body.markers, results, strict=True):
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, index), error in errors.items():
-            by_topic.setdefault(topic, []).append(
-                build(part_cls, partition_index=index, error_code=error)
-            )
-        markers.append(
-            build(
-                marker_cls,
-                producer_id=marker.producer_id,
-                topics=tuple(
-                    build(topic_cls, name=name, partitions=tuple(parts))
-                    for name, parts in by_topic.items()
-                ),
-            )
+    cls, marker_cls, topic_cls, part_cls = response_classes(
+        request,
+        "WritableTxnMarkerResult",
+        "WritableTxnMarkerTopicResult",
+        "WritableTxnMarkerPartitionResult",
+    )
+    markers = tuple(
+        build(
+            marker_cls,
+            producer_id=marker.producer_id,
+            topics=partition_errors(errors, topic_cls, part_cls),
         )
-    return build(cls, markers=tuple(markers))
+        for marker, errors in zip(request.body.markers, results, strict=True)
+    )
+    return build(cls, markers=markers)
