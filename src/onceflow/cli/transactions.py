@@ -34,6 +34,7 @@ from onceflow.cli.options import (
     TopicNotFoundError,
     UsageError,
     client_config,
+    command_group,
     kafka_error_text,
     note,
     result_table,
@@ -61,10 +62,8 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 # Fencing waits while the coordinator writes the abort markers of the previous instance.
 FENCE_TIMEOUT_S = 30.0
 
-transactions_app = typer.Typer(
-    help="List, describe and abort transactions; find hanging ones (as kafka-transactions.sh).",
-    no_args_is_help=True,
-    add_completion=False,
+transactions_app = command_group(
+    "List, describe and abort transactions; find hanging ones (as kafka-transactions.sh)."
 )
 
 
