@@ -57,6 +57,21 @@ class Outcome:
 Run = Callable[..., Outcome]
 
 
+def produce_one_per_batch(run: Run, bootstrap: str, topic: str, values: Sequence[str]) -> None:
+    """`onceflow produce` of these values, one record per batch: Tansu reports a batch's base
+    offset + 1 as the high watermark, so offsets read back stay exact on it too."""
+    produced = run(
+        "produce",
+        topic,
+        "--producer-property",
+        "batch.num.messages=1",
+        "-b",
+        bootstrap,
+        input="".join(f"{value}\n" for value in values),
+    )
+    assert produced.exit_code == 0, produced.stderr
+
+
 def invoke(*args: str, input: str | bytes | None = None) -> Outcome:
     """`onceflow ARGS...` in this process, with stdin from `input`."""
     result = CliRunner().invoke(app, list(args), input=input)

@@ -6,13 +6,27 @@ import time
 
 import pytest
 
-from tests.cli.harness import Run
+from tests.cli.harness import Outcome, Run
 
 
 @pytest.fixture
 def one_partition(run: Run, bootstrap: str, topic: str) -> str:
     assert run("topics", "create", topic, "--partitions", "1", "-b", bootstrap).exit_code == 0
     return topic
+
+
+def consume_first(run: Run, bootstrap: str, topic: str, count: int, *options: str) -> Outcome:
+    """`onceflow consume` of the first `count` records of `topic`, with `options`."""
+    return run(
+        "consume",
+        topic,
+        "--from-beginning",
+        "--max-messages",
+        str(count),
+        *options,
+        "-b",
+        bootstrap,
+    )
 
 
 def test_keys_round_trip(run: Run, bootstrap: str, one_partition: str) -> None:
@@ -30,17 +44,8 @@ def test_keys_round_trip(run: Run, bootstrap: str, one_partition: str) -> None:
     )
     assert (produced.exit_code, produced.stdout) == (0, ""), produced.stderr
 
-    consumed = run(
-        "consume",
-        one_partition,
-        "--from-beginning",
-        "--max-messages",
-        "4",
-        "--print-key",
-        "--key-separator",
-        "=",
-        "-b",
-        bootstrap,
+    consumed = consume_first(
+        run, bootstrap, one_partition, 4, "--print-key", "--key-separator", "="
     )
     assert consumed.exit_code == 0, consumed.stderr
     assert consumed.lines == ["k1=v1", "k2=value:with:colons", "=empty-key", "k4="]
@@ -52,29 +57,26 @@ def test_key_separator_option_and_default_tab_output(
 ) -> None:
     run("produce", one_partition, "--key-separator", "|", "-b", bootstrap, input="a|1\nb|2\n")
     run("produce", one_partition, "-b", bootstrap, input="no key\n")
-    consumed = run(
-        "consume",
+    consumed = consume_first(
+        run,
+        bootstrap,
         one_partition,
-        "--from-beginning",
-        "--max-messages",
-        "3",
+        3,
         "--print-key",
         "--property",
         "print.offset=true",
         "--property",
         "print.partition=true",
-        "-b",
-        bootstrap,
     )
     assert consumed.lines == [
         "Partition:0\tOffset:0\ta\t1",
         "Partition:0\tOffset:1\tb\t2",
         "Partition:0\tOffset:2\tnull\tno key",
     ]
-    stamped = run(
-        "consume", one_partition, "--from-beginning", "--max-messages", "1",
+    stamped = consume_first(
+        run, bootstrap, one_partition, 1,
         "--property", "print.timestamp=true", "--property", "print.value=false",
-        "--property", "print.key=true", "-b", bootstrap,
+        "--property", "print.key=true",
     )  # fmt: skip
     kind, _, millis = stamped.lines[0].partition(":")
     assert kind == "CreateTime" and millis.endswith("\ta")
@@ -146,18 +148,8 @@ def test_compression_acks_and_isolation_levels(
         )
         assert produced.exit_code == 0, (compression, produced.stderr)
     for level in ("read_committed", "read_uncommitted"):
-        consumed = run(
-            "consume",
-            one_partition,
-            "--from-beginning",
-            "--max-messages",
-            "4",
-            "--isolation-level",
-            level,
-            "--timeout-ms",
-            "10000",
-            "-b",
-            bootstrap,
+        consumed = consume_first(
+            run, bootstrap, one_partition, 4, "--isolation-level", level, "--timeout-ms", "10000"
         )
         assert consumed.lines == ["gzip-all", "lz4-1", "zstd--1", "snappy-0"], level
 

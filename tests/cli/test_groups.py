@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from tests.cli.conftest import TANSU, CliBroker
-from tests.cli.harness import Run
+from tests.cli.harness import Outcome, Run, produce_one_per_batch
 from tests.waiting import wait_for
 
 # Tansu completes a group join only after about half the session timeout; these keep it short.
@@ -26,17 +26,7 @@ def group() -> str:
 def five_records(run: Run, bootstrap: str, topic: str) -> str:
     """A one-partition topic holding a, b, c, d, e at offsets 0-4."""
     assert run("topics", "create", topic, "--partitions", "1", "-b", bootstrap).exit_code == 0
-    # One record per batch: Tansu reports a batch's base offset + 1 as the high watermark.
-    produced = run(
-        "produce",
-        topic,
-        "--producer-property",
-        "batch.num.messages=1",
-        "-b",
-        bootstrap,
-        input="a\nb\nc\nd\ne\n",
-    )
-    assert produced.exit_code == 0, produced.stderr
+    produce_one_per_batch(run, bootstrap, topic, "abcde")
     return topic
 
 
@@ -46,6 +36,23 @@ def offsets_row(run: Run, bootstrap: str, group: str) -> list[str]:
     rows = described.table_rows(first_cell=group)
     assert len(rows) == 1, described.stdout
     return rows[0][1:6]  # topic, partition, current offset, log end offset, lag
+
+
+def consume_partition_0(run: Run, bootstrap: str, topic: str, group: str, count: int) -> Outcome:
+    """`onceflow consume` of partition 0 (assigned: no group join) from the group's committed
+    offset, `count` records."""
+    return run(
+        "consume",
+        topic,
+        "--group",
+        group,
+        "--partition",
+        "0",
+        "--max-messages",
+        str(count),
+        "-b",
+        bootstrap,
+    )
 
 
 def test_group_consume_describe_reset_delete(
@@ -73,18 +80,7 @@ def test_group_consume_describe_reset_delete(
     assert offsets_row(run, bootstrap, group) == [topic, "0", "3", "5", "2"]
 
     # Resumes from the committed offset (assigned partition, no group join).
-    resumed = run(
-        "consume",
-        topic,
-        "--group",
-        group,
-        "--partition",
-        "0",
-        "--max-messages",
-        "2",
-        "-b",
-        bootstrap,
-    )
+    resumed = consume_partition_0(run, bootstrap, topic, group, 2)
     assert resumed.lines == ["d", "e"], resumed.stderr
     assert offsets_row(run, bootstrap, group) == [topic, "0", "5", "5", "0"]
 
@@ -113,18 +109,7 @@ def test_group_consume_describe_reset_delete(
         assert reset.exit_code == 0, reset.stderr
         assert reset.table_rows(first_cell=group) == [[group, topic, "0", new_offset]]
         assert offsets_row(run, bootstrap, group)[2] == new_offset
-    again = run(
-        "consume",
-        topic,
-        "--group",
-        group,
-        "--partition",
-        "0",
-        "--max-messages",
-        "5",
-        "-b",
-        bootstrap,
-    )
+    again = consume_partition_0(run, bootstrap, topic, group, 5)
     assert again.lines == ["a", "b", "c", "d", "e"]
 
     deleted = run("groups", "delete", group, "-b", bootstrap)

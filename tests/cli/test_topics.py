@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.cli.harness import Run
+from tests.cli.harness import Run, produce_one_per_batch
 
 
 def test_create_list_describe_delete(run: Run, bootstrap: str, topic: str) -> None:
@@ -32,17 +32,7 @@ def test_describe_shows_latest_offsets_after_producing(
     run: Run, bootstrap: str, topic: str
 ) -> None:
     run("topics", "create", topic, "--partitions", "1", "-b", bootstrap)
-    # One record per batch: Tansu reports a batch's base offset + 1 as the high watermark.
-    produced = run(
-        "produce",
-        topic,
-        "--producer-property",
-        "batch.num.messages=1",
-        "-b",
-        bootstrap,
-        input="a\nb\nc\nd\n",
-    )
-    assert produced.exit_code == 0, produced.stderr
+    produce_one_per_batch(run, bootstrap, topic, "abcd")
     rows = run("topics", "describe", topic, "-b", bootstrap).table_rows()
     assert [(row[0], row[4], row[5]) for row in rows] == [("0", "0", "4")]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.pipelines import copy, file_transactions, wordcount
+from onceflow.pipelines import copy_topic, file_transactions, wordcount
 from onceflow.pipelines.topic_reader import read_topic
 from onceflow.pipelines.wordcount_check import check_counts, words_of
 from tests.spark.kafka_io import create_topic, produce
@@ -60,7 +60,7 @@ def test_copy_through_a_transform(spark: SparkSession, bootstrap: str, tmp_path:
     create_topic(bootstrap, target)
     produce(bootstrap, source, [f"v{i}" for i in range(200)])
     _run(
-        copy.start(
+        copy_topic.start(
             spark,
             bootstrap=bootstrap,
             input_topic=source,

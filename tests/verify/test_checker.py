@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from onceflow.verify.checker import KINDS, CheckResult, check
+from onceflow.verify.anomalies import KINDS, CheckResult
+from onceflow.verify.checker import check
 from onceflow.verify.history import UNKNOWN, History
 from tests.verify.histories import FAIL, OK, OUT, READ_UNCOMMITTED, A, B, Placed, Scenario
 

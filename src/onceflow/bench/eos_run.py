@@ -29,7 +29,15 @@ from onceflow.bench.progress import round_task
 from onceflow.bench.stats import Phase
 from onceflow.bench.targets import TargetSpec, onceflow_launcher, parse_target, target_broker
 from onceflow.bench.topics import create_topic, delete_topic
-from onceflow.cli.options import CliError, connect_admin, error_text, note
+from onceflow.bench.workload import shape_checks
+from onceflow.cli.options import (
+    CliError,
+    UsageError,
+    connect_admin,
+    error_text,
+    note,
+    require_at_least,
+)
 
 DEFAULT_RECORDS = 1_000_000
 DEFAULT_VALUE_SIZE = 100
@@ -67,6 +75,19 @@ class EosSettings:
     rounds: int
     producer_settings: dict[str, Any] = field(default_factory=dict)
     consumer_settings: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """UsageError for a figure out of range."""
+        require_at_least(
+            *shape_checks(self.producers, self.partitions, self.replication_factor, self.rounds),
+            ("--records", self.records, 1),
+            ("--value-size", self.value_size, 1),
+            ("--commit-interval-ms", self.commit_interval_ms, 1),
+        )
+        if not 0 <= self.abort_ratio < 1:
+            raise UsageError(
+                f"--abort-ratio must be at least 0 and below 1, not {self.abort_ratio:g}."
+            )
 
 
 class EosRun:

@@ -60,7 +60,7 @@ def produce_records(bootstrap: str, topic: str, count: int, value: bytes | None 
 
 def run_spark_bench(records: int, sentences: int, per_trigger: int, cores: int) -> Rates:
     """Each pipeline with each sink, after an untimed warm-up; records/s of each."""
-    from onceflow.pipelines import copy, wordcount
+    from onceflow.pipelines import copy_topic, wordcount
     from onceflow.spark import local_session
 
     work = Path(tempfile.mkdtemp(prefix="onceflow-bench-spark-"))
@@ -81,7 +81,7 @@ def run_spark_bench(records: int, sentences: int, per_trigger: int, cores: int) 
         spark.sparkContext.setLogLevel("ERROR")
         # Warm-up (not timed): Python workers, JIT and clients start before the first figure.
         for label, exactly_once in SINKS:
-            warm = copy.start(
+            warm = copy_topic.start(
                 spark,
                 bootstrap=bootstrap,
                 input_topic="warm",
@@ -94,7 +94,7 @@ def run_spark_bench(records: int, sentences: int, per_trigger: int, cores: int) 
             warm.stop()
         # pipeline: (its module, input topic, output topic's prefix, query prefix, records)
         runs = {
-            "copy": (copy, "in", "copy", "bench-copy", records),
+            "copy": (copy_topic, "in", "copy", "bench-copy", records),
             "wordcount": (wordcount, "sentences", "counts", "bench-wc", sentences),
         }
         results: Rates = {}

@@ -13,6 +13,7 @@ from onceflow.bench.targets import (
     tansu_binary,
     tansu_launcher,
 )
+from onceflow.bench.workload import shape_checks
 from onceflow.cli.options import UsageError, require_at_least
 
 DEFAULT_VALUE_SIZES = (100, 1024)
@@ -103,12 +104,9 @@ def bench_settings(
     """The settings of a run, or UsageError for a figure out of range."""
     sizes = list(dict.fromkeys(value_sizes or DEFAULT_VALUE_SIZES))
     require_at_least(
-        ("--producers", producers, 1),
-        ("--partitions", partitions, 1),
-        ("--replication-factor", replication_factor, 1),
+        *shape_checks(producers, partitions, replication_factor, rounds),
         ("--idle-partitions", idle_partitions, 0),
-        ("--rounds", rounds, 1),
-        ("--records", records if records is not None else 1, 1),
+        ("--records", records, 1),
         *(("--value-size", size, 1) for size in sizes),
     )
     counts = {

@@ -12,7 +12,6 @@ but for their own workloads, and get their RSS measured. The work is in `onceflo
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -25,21 +24,14 @@ from onceflow.bench.report import throughput_json
 from onceflow.bench.targets import require_distinct_names
 from onceflow.bench.throughput import DEFAULT_ROUNDS, bench_settings, throughput_targets
 from onceflow.bench.throughput_run import BenchRun
-from onceflow.cli import options
-from onceflow.cli.options import (
-    CliError,
-    UsageError,
-    parse_pairs,
-    stdout_console,
-)
+from onceflow.bench.workload import client_settings
+from onceflow.cli import bench_options
+from onceflow.cli.options import ConsumerProperties, ProducerProperties, UsageError
 
 
 def bench_command(
-    bootstrap_server: options.BenchTargets = None,
-    embedded: Annotated[
-        bool,
-        typer.Option("--embedded", help="Start onceflow brokers (fsync on, and --no-fsync)."),
-    ] = False,
+    bootstrap_server: bench_options.BenchTargets = None,
+    embedded: bench_options.Embedded = False,
     tansu: Annotated[bool, typer.Option("--tansu", help="Start a Tansu broker (memory).")] = False,
     tansu_path: Annotated[
         str | None, typer.Option("--tansu-binary", help="Path of the tansu executable.")
@@ -58,57 +50,46 @@ def bench_command(
             "--records", help="Records per value size (default 1M for 100 B, 200k for 1 KiB)."
         ),
     ] = None,
-    producers: options.ProducerCount = 1,
-    partitions: options.PartitionCount = 6,
-    replication_factor: options.ReplicationFactor = 1,
+    producers: bench_options.ProducerCount = 1,
+    partitions: bench_options.PartitionCount = 6,
+    replication_factor: bench_options.ReplicationFactor = 1,
     idle_partitions: Annotated[
         int,
         typer.Option(
             "--idle-partitions", help="Also measure RSS of a started broker with N idle partitions."
         ),
     ] = 0,
-    rounds: Annotated[
-        int,
-        typer.Option(
-            "--rounds", help="Measure every target this many times, interleaved; show the median."
-        ),
-    ] = DEFAULT_ROUNDS,
-    producer_property: options.ProducerProperties = None,
-    consumer_property: options.ConsumerProperties = None,
-    json_path: options.JsonReport = None,
+    rounds: bench_options.Rounds = DEFAULT_ROUNDS,
+    producer_property: ProducerProperties = None,
+    consumer_property: ConsumerProperties = None,
+    json_path: bench_options.JsonReport = None,
 ) -> None:
     """Produce and consume throughput (records/s, MB/s) of brokers, with ratios to a baseline."""
     settings = bench_settings(
         value_size, records, producers, partitions, replication_factor, idle_partitions, rounds
     )
-    settings.producer_settings = {
-        **PRODUCER_SETTINGS,
-        **parse_pairs(producer_property or [], "--producer-property"),
-    }
-    settings.consumer_settings = {
-        **CONSUMER_SETTINGS,
-        **parse_pairs(consumer_property or [], "--consumer-property"),
-    }
+    settings.producer_settings = client_settings(
+        PRODUCER_SETTINGS, producer_property, "--producer-property"
+    )
+    settings.consumer_settings = client_settings(
+        CONSUMER_SETTINGS, consumer_property, "--consumer-property"
+    )
     specs = throughput_targets(
         bootstrap_server or [], embedded or not (bootstrap_server or tansu), tansu, tansu_path
     )
     names = require_distinct_names(specs)
     if baseline is not None and baseline not in names:
         raise UsageError(f"--baseline '{baseline}' is not a target: {', '.join(names)}.")
-    baseline = baseline or names[0]
+    reference = baseline or names[0]
 
     progress = bench_progress()
     run = BenchRun(settings, progress)
     with progress:
         run.measure(specs)
-
-    console = stdout_console()
-    console.print(results_table(run.measurements, baseline))
-    if run.idle:
-        console.print(idle_table(run.idle))
-    if json_path is not None:
-        document = throughput_json(run.measurements, run.idle, baseline, settings)
-        json_path.write_text(json.dumps(document, indent=2) + "\n")
-    failed = [m for m in run.measurements if m.error]
-    if failed:
-        raise CliError(f"{len(failed)} of {len(run.measurements)} measurements failed.")
+    bench_options.report_run(
+        [results_table(run.measurements, reference), idle_table(run.idle) if run.idle else None],
+        json_path,
+        lambda: throughput_json(run.measurements, run.idle, reference, settings),
+        run.measurements,
+        "measurements",
+    )

@@ -10,7 +10,6 @@ is in `onceflow.bench`.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -31,31 +30,23 @@ from onceflow.bench.progress import bench_progress
 from onceflow.bench.render import consumers_table, latency_table, producers_table, targets_table
 from onceflow.bench.report import eos_json
 from onceflow.bench.targets import require_distinct_names
-from onceflow.cli import options
-from onceflow.cli.options import (
-    CliError,
-    UsageError,
-    parse_pairs,
-    require_at_least,
-    stdout_console,
-)
+from onceflow.bench.workload import client_settings
+from onceflow.cli import bench_options
+from onceflow.cli.options import ConsumerProperties, ProducerProperties
 
 
 def bench_eos_command(
-    bootstrap_server: options.BenchTargets = None,
-    embedded: Annotated[
-        bool,
-        typer.Option("--embedded", help="Start an onceflow broker (fsync on) and measure it."),
-    ] = False,
+    bootstrap_server: bench_options.BenchTargets = None,
+    embedded: bench_options.Embedded = False,
     value_size: Annotated[int, typer.Option("--value-size", help="Value size in bytes.")] = (
         DEFAULT_VALUE_SIZE
     ),
     records: Annotated[
         int, typer.Option("--records", help="Records per producer kind (plain, idempotent, txn).")
     ] = DEFAULT_RECORDS,
-    producers: options.ProducerCount = 1,
-    partitions: options.PartitionCount = 6,
-    replication_factor: options.ReplicationFactor = 1,
+    producers: bench_options.ProducerCount = 1,
+    partitions: bench_options.PartitionCount = 6,
+    replication_factor: bench_options.ReplicationFactor = 1,
     commit_interval_ms: Annotated[
         int,
         typer.Option("--commit-interval-ms", help="Transactional producers commit this often."),
@@ -64,27 +55,13 @@ def bench_eos_command(
         float,
         typer.Option("--abort-ratio", help="Share of transactions aborted instead of committed."),
     ] = DEFAULT_ABORT_RATIO,
-    rounds: Annotated[
-        int,
-        typer.Option("--rounds", help="Measure each kind this many times; show the median."),
-    ] = DEFAULT_ROUNDS,
-    producer_property: options.ProducerProperties = None,
-    consumer_property: options.ConsumerProperties = None,
-    json_path: options.JsonReport = None,
+    rounds: bench_options.Rounds = DEFAULT_ROUNDS,
+    producer_property: ProducerProperties = None,
+    consumer_property: ConsumerProperties = None,
+    json_path: bench_options.JsonReport = None,
 ) -> None:
     """Throughput of plain, idempotent and transactional producers, read_committed and
     read_uncommitted consumers, and commit latency, next to Kafka's published targets."""
-    require_at_least(
-        ("--records", records, 1),
-        ("--value-size", value_size, 1),
-        ("--producers", producers, 1),
-        ("--partitions", partitions, 1),
-        ("--replication-factor", replication_factor, 1),
-        ("--commit-interval-ms", commit_interval_ms, 1),
-        ("--rounds", rounds, 1),
-    )
-    if not 0 <= abort_ratio < 1:
-        raise UsageError(f"--abort-ratio must be at least 0 and below 1, not {abort_ratio:g}.")
     settings = EosSettings(
         records,
         value_size,
@@ -94,9 +71,10 @@ def bench_eos_command(
         commit_interval_ms,
         abort_ratio,
         rounds,
-        {**EOS_PRODUCER_SETTINGS, **parse_pairs(producer_property or [], "--producer-property")},
-        {**EOS_CONSUMER_SETTINGS, **parse_pairs(consumer_property or [], "--consumer-property")},
+        client_settings(EOS_PRODUCER_SETTINGS, producer_property, "--producer-property"),
+        client_settings(EOS_CONSUMER_SETTINGS, consumer_property, "--consumer-property"),
     )
+    settings.check()
     specs = eos_targets(bootstrap_server or [], embedded)
     require_distinct_names(specs)
 
@@ -105,18 +83,16 @@ def bench_eos_command(
     with progress:
         for spec in specs:
             run.measure(spec)
-
-    console = stdout_console()
-    for table in (
-        producers_table(run.measurements),
-        consumers_table(run.measurements),
-        latency_table(run.measurements),
-        targets_table(run.measurements),
-    ):
-        console.print(table)
-        console.print()
-    if json_path is not None:
-        json_path.write_text(json.dumps(eos_json(run.measurements, settings), indent=2) + "\n")
-    failed = [m for m in run.measurements if m.error]
-    if failed:
-        raise CliError(f"{len(failed)} of {len(run.measurements)} targets failed.")
+    bench_options.report_run(
+        [
+            producers_table(run.measurements),
+            consumers_table(run.measurements),
+            latency_table(run.measurements),
+            targets_table(run.measurements),
+        ],
+        json_path,
+        lambda: eos_json(run.measurements, settings),
+        run.measurements,
+        "targets",
+        blank_line_after=True,
+    )

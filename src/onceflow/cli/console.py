@@ -34,6 +34,8 @@ from onceflow.cli.options import (
     BootstrapServer,
     ClientErrors,
     CliError,
+    ConsumerProperties,
+    ProducerProperties,
     TopicNotFoundError,
     UsageError,
     client_config,
@@ -43,6 +45,7 @@ from onceflow.cli.options import (
     note,
     parse_bool,
     parse_pairs,
+    require_at_least,
 )
 
 # Deliveries still pending this long after stdin closed are reported as failed.
@@ -163,12 +166,7 @@ def produce_command(
     compression: Annotated[
         Compression, typer.Option("--compression", help="Batch compression codec.")
     ] = Compression.none,
-    producer_property: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--producer-property", metavar="KEY=VALUE", help="librdkafka producer setting."
-        ),
-    ] = None,
+    producer_property: ProducerProperties = None,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Write each line of stdin to TOPIC as one record (idempotent producer)."""
@@ -344,21 +342,15 @@ def consume_command(
         int | None, typer.Option("--partition", help="Read only this partition.")
     ] = None,
     properties: Properties = None,
-    consumer_property: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--consumer-property", metavar="KEY=VALUE", help="librdkafka consumer setting."
-        ),
-    ] = None,
+    consumer_property: ConsumerProperties = None,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Print records of TOPIC to stdout, one per line."""
-    if max_messages is not None and max_messages < 1:
-        raise UsageError(f"--max-messages must be at least 1, not {max_messages}.")
-    if timeout_ms is not None and timeout_ms < 0:
-        raise UsageError(f"--timeout-ms must not be negative, not {timeout_ms}.")
-    if partition is not None and partition < 0:
-        raise UsageError(f"--partition must not be negative, not {partition}.")
+    require_at_least(
+        ("--max-messages", max_messages, 1),
+        ("--timeout-ms", timeout_ms, 0),
+        ("--partition", partition, 0),
+    )
     record_format = RecordFormat.from_options(
         parse_pairs(properties or [], "--property"), print_key, key_separator
     )

@@ -27,6 +27,7 @@ from onceflow.cli.options import (
     BootstrapServer,
     CliError,
     UsageError,
+    command_group,
     connect_admin,
     kafka_error_code,
     kafka_error_text,
@@ -37,11 +38,7 @@ from onceflow.cli.options import (
 )
 from onceflow.cli.topics import partition_offsets
 
-groups_app = typer.Typer(
-    help="List, describe, reset and delete consumer groups.",
-    no_args_is_help=True,
-    add_completion=False,
-)
+groups_app = command_group("List, describe, reset and delete consumer groups.")
 
 GroupId = Annotated[str, typer.Argument(metavar="GROUP", help="Consumer group id.")]
 

@@ -14,7 +14,6 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -43,34 +42,29 @@ BootstrapServer = Annotated[
     ),
 ]
 
-# Options the benchmarks share (bench, bench-eos): the same names, help and metavars.
-BenchTargets = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--bootstrap-server",
-        "-b",
-        metavar="[NAME=]HOST:PORT",
-        help="A running broker or cluster to measure; repeatable.",
-    ),
-]
-ProducerCount = Annotated[int, typer.Option("--producers", help="Producer processes per workload.")]
-PartitionCount = Annotated[int, typer.Option("--partitions", help="Partitions of each topic.")]
-ReplicationFactor = Annotated[
-    int, typer.Option("--replication-factor", help="Replicas of each benchmark topic.")
-]
-ProducerProperties = Annotated[
-    list[str] | None,
-    typer.Option("--producer-property", metavar="KEY=VALUE", help="Override a producer setting."),
-]
-ConsumerProperties = Annotated[
-    list[str] | None,
-    typer.Option("--consumer-property", metavar="KEY=VALUE", help="Override a consumer setting."),
-]
-JsonReport = Annotated[
-    Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")
-]
+
+def _client_settings(client: str) -> Any:
+    """The repeatable `--{client}-property KEY=VALUE` option: librdkafka settings given on
+    the command line over the tool's own (produce, consume and the benchmarks)."""
+    return Annotated[
+        list[str] | None,
+        typer.Option(
+            f"--{client}-property",
+            metavar="KEY=VALUE",
+            help=f"A librdkafka {client} setting (overrides the tool's); repeatable.",
+        ),
+    ]
+
+
+ProducerProperties = _client_settings("producer")
+ConsumerProperties = _client_settings("consumer")
 
 T = TypeVar("T")
+
+
+def command_group(help_text: str) -> typer.Typer:
+    """A group of sub-commands (`onceflow topics ...`): its help when called bare."""
+    return typer.Typer(help=help_text, no_args_is_help=True, add_completion=False)
 
 
 class CliError(Exception):
@@ -150,10 +144,11 @@ def parse_pairs(values: Iterable[str], option: str) -> dict[str, str]:
     return pairs
 
 
-def require_at_least(*checks: tuple[str, float, float]) -> None:
-    """UsageError for the first (option, value, lowest) whose value is below its lowest."""
+def require_at_least(*checks: tuple[str, float | None, float]) -> None:
+    """UsageError for the first (option, value, lowest) whose value is below its lowest (an
+    option not given, None, passes)."""
     for name, value, low in checks:
-        if value < low:
+        if value is not None and value < low:
             raise UsageError(f"{name} must be at least {low}, not {value}.")
 
 

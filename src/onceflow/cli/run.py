@@ -10,7 +10,7 @@ import typer
 PIPELINES = {
     "wordcount": "onceflow.pipelines.wordcount",
     "file-transactions": "onceflow.pipelines.file_transactions",
-    "copy": "onceflow.pipelines.copy",
+    "copy": "onceflow.pipelines.copy_topic",
 }
 
 

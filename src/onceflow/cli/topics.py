@@ -31,20 +31,18 @@ from onceflow.cli.options import (
     CliError,
     TopicNotFoundError,
     UsageError,
+    command_group,
     connect_admin,
     kafka_error_code,
     kafka_error_text,
     parse_pairs,
+    require_at_least,
     result_of,
     result_table,
     stdout_console,
 )
 
-topics_app = typer.Typer(
-    help="Create, list, describe, alter and delete topics.",
-    no_args_is_help=True,
-    add_completion=False,
-)
+topics_app = command_group("Create, list, describe, alter and delete topics.")
 
 TopicName = Annotated[str, typer.Argument(metavar="NAME", help="Topic name.")]
 ExcludeInternal = Annotated[
@@ -75,10 +73,9 @@ def create_topic(
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Create a topic."""
-    if partitions is not None and partitions < 1:
-        raise UsageError(f"--partitions must be at least 1, not {partitions}.")
-    if replication_factor is not None and replication_factor < 1:
-        raise UsageError(f"--replication-factor must be at least 1, not {replication_factor}.")
+    require_at_least(
+        ("--partitions", partitions, 1), ("--replication-factor", replication_factor, 1)
+    )
     configs = parse_pairs(config or [], "--config")
     session = connect_admin(bootstrap_server)
     # -1 asks the broker for its default (KIP-464), as kafka-topics.sh does when omitted.

@@ -24,7 +24,13 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from onceflow.pipelines.session import add_common_arguments, run_pipeline, source, start_sink
+from onceflow.json_lines import JsonLineError, json_lines
+from onceflow.pipelines.session import (
+    PipelineOptions,
+    add_common_arguments,
+    pipeline,
+    run_pipeline,
+)
 
 FETCH_TIMEOUT_S = 30
 OUTPUT_SCHEMA = "topic string, key binary, value binary"
@@ -59,6 +65,12 @@ def _transaction(record: dict[str, object], where: str) -> dict[str, object]:
     return record
 
 
+def _json_transaction(number: int, value: object) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise BadFileError(f"line {number}: not a JSON object")
+    return _transaction(value, f"line {number}")
+
+
 def parse(location: str, data: bytes) -> list[dict[str, object]]:
     suffix = Path(urllib.parse.urlparse(location).path).suffix.lower()
     try:
@@ -76,18 +88,12 @@ def parse(location: str, data: bytes) -> list[dict[str, object]]:
             rows.append(_transaction(dict(row), f"line {reader.line_num}"))
         return rows
     if suffix in (".jsonl", ".ndjson", ".json"):
-        rows = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise BadFileError(f"line {number}: invalid JSON ({e.msg})") from None
-            if not isinstance(value, dict):
-                raise BadFileError(f"line {number}: not a JSON object")
-            rows.append(_transaction(value, f"line {number}"))
-        return rows
+        try:
+            return [
+                _json_transaction(number, value) for number, value in json_lines(text.splitlines())
+            ]
+        except JsonLineError as e:
+            raise BadFileError(f"line {e.line}: invalid JSON ({e.error.msg})") from None
     raise BadFileError(f"unknown file type {suffix or '(none)'!r}: expected .csv or .jsonl")
 
 
@@ -133,32 +139,20 @@ def parse_files(transactions: str, dead_letters: str):
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="file-transactions", description=__doc__.splitlines()[0])
-    add_common_arguments(p)
-    p.add_argument("--input", default="file-locations")
-    p.add_argument("--output", default="transactions")
+    add_common_arguments(p, input_topic="file-locations", output_topic="transactions")
     p.add_argument("--dead-letters", default="transactions-dead-letters")
     return p
 
 
-def start(
-    spark: SparkSession,
-    *,
-    bootstrap: str,
-    input_topic: str,
-    output_topic: str,
-    dead_letters: str,
-    checkpoint: str,
-    prefix: str | None = None,
-    exactly_once: bool = True,
-    max_offsets_per_trigger: int | None = None,
-) -> StreamingQuery:
-    locations = source(spark, bootstrap, input_topic, max_offsets_per_trigger)
-    out = locations.select("value").mapInArrow(
-        parse_files(output_topic, dead_letters), OUTPUT_SCHEMA
+@pipeline
+def start(spark: SparkSession, options: PipelineOptions, dead_letters: str) -> StreamingQuery:
+    """Each file named on the input topic into the output topic, or to `dead_letters`."""
+    out = (
+        options.source(spark)
+        .select("value")
+        .mapInArrow(parse_files(options.output_topic, dead_letters), OUTPUT_SCHEMA)
     )
-    return start_sink(
-        out, bootstrap=bootstrap, checkpoint=checkpoint, prefix=prefix, exactly_once=exactly_once
-    )
+    return options.start_sink(out, topic_column=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

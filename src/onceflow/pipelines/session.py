@@ -1,10 +1,13 @@
-"""The Spark session a bundled pipeline runs on: local by default, a cluster with --master."""
+"""What every bundled pipeline shares: its options (the topics, the checkpoint, the sink),
+its source and sink, and the Spark session it runs on (local by default, a cluster with
+--master)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -13,11 +16,26 @@ from pyspark.sql.streaming import StreamingQuery
 from onceflow.spark import local_session, register
 
 
-def add_common_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-server", required=True, help="Kafka bootstrap servers.")
+def add_common_arguments(
+    p: argparse.ArgumentParser, *, input_topic: str | None, output_topic: str | None
+) -> None:
+    """The options every pipeline has; their destinations are PipelineOptions' fields. The
+    topics default to `input_topic` and `output_topic`, and are required where None."""
+    p.add_argument(
+        "--bootstrap-server",
+        dest="bootstrap",
+        metavar="HOST:PORT",
+        required=True,
+        help="Kafka bootstrap servers.",
+    )
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory.")
     p.add_argument("--prefix", default=None, help="Transactional id prefix (stable per query).")
-    p.add_argument("--at-least-once", action="store_true", help="Plain sink, for comparison.")
+    p.add_argument(
+        "--at-least-once",
+        dest="exactly_once",
+        action="store_false",
+        help="Plain sink, for comparison.",
+    )
     p.add_argument("--max-offsets-per-trigger", type=int, default=None)
     p.add_argument(
         "--until-caught-up",
@@ -25,6 +43,19 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         help="Stop once every available record is processed.",
     )
     p.add_argument("--master", default=None, help="Spark master [local[2,4]].")
+    for option, dest, default, what in (
+        ("--input", "input_topic", input_topic, "The topic it reads"),
+        ("--output", "output_topic", output_topic, "The topic it writes"),
+    ):
+        where = f" [{default}]" if default else ""
+        p.add_argument(
+            option,
+            dest=dest,
+            metavar="TOPIC",
+            default=default,
+            required=not default,
+            help=f"{what}{where}.",
+        )
 
 
 def session(app_name: str, master: str | None) -> SparkSession:
@@ -35,39 +66,67 @@ def session(app_name: str, master: str | None) -> SparkSession:
     return local_session(app_name=app_name)
 
 
-def source(spark: SparkSession, bootstrap: str, topic: str, per_trigger: int | None) -> DataFrame:
-    reader = (
-        spark.readStream.format("onceflow")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-    )
-    if per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(per_trigger))
-    return reader.load()
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PipelineOptions:
+    """What every bundled pipeline takes: the topic it reads, the topic it writes, the
+    checkpoint, and how its sink writes."""
+
+    bootstrap: str
+    input_topic: str
+    output_topic: str
+    checkpoint: str
+    prefix: str | None = None
+    exactly_once: bool = True
+    max_offsets_per_trigger: int | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> PipelineOptions:
+        """From the options add_common_arguments declared."""
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+    def source(self, spark: SparkSession) -> DataFrame:
+        """The input topic from its earliest offsets, read_committed."""
+        reader = (
+            spark.readStream.format("onceflow")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("subscribe", self.input_topic)
+            .option("startingOffsets", "earliest")
+        )
+        if self.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
+        return reader.load()
+
+    def start_sink(self, df: DataFrame, *, topic_column: bool = False) -> StreamingQuery:
+        """Start `df` into the onceflow sink (append mode): to the output topic, or with
+        `topic_column` to the topic each row names."""
+        writer = (
+            df.writeStream.format("onceflow")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("checkpointLocation", self.checkpoint)
+            .option("exactlyOnce", str(self.exactly_once).lower())
+        )
+        if not topic_column:
+            writer = writer.option("topic", self.output_topic)
+        if self.prefix:
+            writer = writer.option("transactional.id.prefix", self.prefix)
+        return writer.start()
 
 
-def start_sink(
-    df: DataFrame,
-    *,
-    bootstrap: str,
-    checkpoint: str,
-    topic: str | None = None,
-    prefix: str | None = None,
-    exactly_once: bool = True,
-) -> StreamingQuery:
-    """Start `df` into the onceflow sink (append mode); `topic` None means a topic column."""
-    writer = (
-        df.writeStream.format("onceflow")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("checkpointLocation", checkpoint)
-        .option("exactlyOnce", str(exactly_once).lower())
-    )
-    if topic:
-        writer = writer.option("topic", topic)
-    if prefix:
-        writer = writer.option("transactional.id.prefix", prefix)
-    return writer.start()
+Build = Callable[..., StreamingQuery]  # (spark, PipelineOptions, **its own keywords)
+Start = Callable[..., StreamingQuery]  # (spark, **PipelineOptions' fields and its own)
+
+
+def pipeline(build: Build) -> Start:
+    """A pipeline's `start(spark, **keywords)`: the PipelineOptions fields as keywords (the
+    API the tests, the benchmark and users call), the rest passed on to `build` as its own."""
+    common = {f.name for f in fields(PipelineOptions)}
+
+    def start(spark: SparkSession, **keywords: Any) -> StreamingQuery:
+        options = PipelineOptions(**{k: v for k, v in keywords.items() if k in common})
+        return build(spark, options, **{k: v for k, v in keywords.items() if k not in common})
+
+    start.__doc__ = build.__doc__
+    return start
 
 
 def run_until(query: StreamingQuery, until_caught_up: bool) -> None:
@@ -78,21 +137,9 @@ def run_until(query: StreamingQuery, until_caught_up: bool) -> None:
         query.awaitTermination()
 
 
-def run_pipeline(
-    start: Callable[..., StreamingQuery], app_name: str, args: argparse.Namespace, **own: Any
-) -> None:
-    """A pipeline's main(): `start` it with the add_common_arguments options, the --input and
-    --output every pipeline has, and its `own` keywords; then run it (to the end of its input
-    with --until-caught-up, else for good)."""
-    query = start(
-        session(app_name, args.master),
-        bootstrap=args.bootstrap_server,
-        input_topic=args.input,
-        output_topic=args.output,
-        checkpoint=args.checkpoint,
-        prefix=args.prefix,
-        exactly_once=not args.at_least_once,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        **own,
-    )
+def run_pipeline(start: Start, app_name: str, args: argparse.Namespace, **own: Any) -> None:
+    """A pipeline's main(): `start` it with the options every pipeline has and its `own`
+    keywords; then run it (to the end of its input with --until-caught-up, else for good)."""
+    options = PipelineOptions.from_args(args)
+    query = start(session(app_name, args.master), **asdict(options), **own)
     run_until(query, args.until_caught_up)

@@ -21,7 +21,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.pipelines import CRASH_AFTER_BATCH_ENV
-from onceflow.pipelines.session import add_common_arguments, run_until, session, source
+from onceflow.pipelines.session import (
+    PipelineOptions,
+    add_common_arguments,
+    pipeline,
+    run_pipeline,
+)
 from onceflow.spark import exactly_once_writer
 
 
@@ -41,18 +46,13 @@ def _crash_after(batch_id: int) -> Callable[[int], None]:
     return check
 
 
-def start(
-    spark: SparkSession,
-    *,
-    bootstrap: str,
-    input_topic: str,
-    output_topic: str,
-    checkpoint: str,
-    prefix: str,
-    exactly_once: bool = True,
-    max_offsets_per_trigger: int | None = None,
-) -> StreamingQuery:
-    write = exactly_once_writer(bootstrap, output_topic, prefix, exactly_once=exactly_once)
+@pipeline
+def start(spark: SparkSession, options: PipelineOptions) -> StreamingQuery:
+    """Running word counts of the input topic's sentences into the output topic."""
+    prefix = options.prefix or f"wordcount.{options.output_topic}"
+    write = exactly_once_writer(
+        options.bootstrap, options.output_topic, prefix, exactly_once=options.exactly_once
+    )
     crash_at = os.environ.get(CRASH_AFTER_BATCH_ENV)
     after = _crash_after(int(crash_at)) if crash_at else None
 
@@ -62,36 +62,22 @@ def start(
             after(batch_id)
 
     return (
-        word_counts(source(spark, bootstrap, input_topic, max_offsets_per_trigger))
+        word_counts(options.source(spark))
         .writeStream.outputMode("update")
         .foreachBatch(write_batch)
-        .option("checkpointLocation", checkpoint)
+        .option("checkpointLocation", options.checkpoint)
         .start()
     )
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wordcount", description=__doc__.splitlines()[0])
-    add_common_arguments(p)
-    p.add_argument("--input", default="sentences")
-    p.add_argument("--output", default="word-counts")
+    add_common_arguments(p, input_topic="sentences", output_topic="word-counts")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    spark = session("onceflow-wordcount", args.master)
-    query = start(
-        spark,
-        bootstrap=args.bootstrap_server,
-        input_topic=args.input,
-        output_topic=args.output,
-        checkpoint=args.checkpoint,
-        prefix=args.prefix or f"wordcount.{args.output}",
-        exactly_once=not args.at_least_once,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-    )
-    run_until(query, args.until_caught_up)
+    run_pipeline(start, "onceflow-wordcount", parser().parse_args(argv))
 
 
 if __name__ == "__main__":

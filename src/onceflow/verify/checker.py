@@ -52,253 +52,33 @@ from __future__ import annotations
 import bisect
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
+from onceflow.verify.anomalies import (
+    Anomaly,
+    CheckResult,
+    listed,
+    listed_rows,
+    place_details,
+)
 from onceflow.verify.history import (
     COMMIT,
     FAIL,
-    FINAL_READ,
-    INVOKE,
-    NEMESIS,
-    OFFSETS,
     OK,
-    POLL,
     READ_COMMITTED,
     READ_UNCOMMITTED,
-    TOPICS,
-    TXN,
-    TXN_END,
     UNKNOWN,
     Op,
     Record,
     TopicPartition,
-    records,
 )
+from onceflow.verify.indexed_history import FinalPass, IndexedHistory, Session, Txn
 from onceflow.verify.workload import COPY_MARK
-
-KINDS = (
-    "aborted-read",
-    "phantom-read",
-    "lost-write",
-    "duplicate",
-    "inconsistent-offset",
-    "nonmonotonic-poll",
-    "poll-skip",
-    "torn-transaction",
-    "aborted-offsets",
-    "phantom-offsets",
-    "hanging-transaction",
-    "last-value-lost",
-    "offset-changed",
-)
-MAX_LISTED = 10  # offending values listed per anomaly, beyond which only a count is given
-
-
-class CheckerError(ValueError):
-    """The history itself is inconsistent (a workload or harness bug, not a broker bug)."""
-
-
-@dataclass(frozen=True)
-class Anomaly:
-    kind: str
-    message: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, **self.details}
-
-
-@dataclass
-class Txn:
-    id: str
-    process: str
-    intent: str
-    writes: list[tuple[str, int, str]]
-    reads: list[Record] = field(default_factory=list)
-    offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    outcome: str | None = None  # None: never completed (as unknown)
-    end: str | None = None  # commit or abort, once requested
-    error: str | None = None
-    delivered: dict[str, tuple[str, int, int]] = field(default_factory=dict)
-    keys: dict[str, tuple[str, bool]] = field(default_factory=dict)  # value -> key, tombstone
-
-    @property
-    def committed(self) -> bool:
-        return self.outcome == OK
-
-    @property
-    def aborted(self) -> bool:
-        return self.outcome == FAIL
-
-    @property
-    def uncertain(self) -> bool:
-        return self.outcome not in (OK, FAIL)
-
-
-@dataclass
-class Session:
-    """The polls of one consumer process (or one final pass), in order."""
-
-    process: str
-    isolation: str
-    records: list[Record] = field(default_factory=list)
-
-
-@dataclass
-class FinalPass:
-    isolation: str
-    process: str | None = None  # the session that made this pass
-    complete: dict[TopicPartition, bool] = field(default_factory=dict)
-    ends: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)  # position, HW
-    at: dict[TopicPartition, dict[int, str]] = field(default_factory=dict)  # offset -> value
-
-
-@dataclass
-class CheckResult:
-    anomalies: list[Anomaly]
-    stats: dict[str, Any]
-
-    @property
-    def valid(self) -> bool:
-        return not self.anomalies
-
-    def counts(self) -> dict[str, int]:
-        found = Counter(a.kind for a in self.anomalies)
-        return {kind: found.get(kind, 0) for kind in KINDS}
-
-    def by_kind(self) -> dict[str, list[Anomaly]]:
-        out: dict[str, list[Anomaly]] = {kind: [] for kind in KINDS}
-        for anomaly in self.anomalies:
-            out.setdefault(anomaly.kind, []).append(anomaly)
-        return out
-
-
-def _short(items: Iterable[Any]) -> list[Any]:
-    return list(items)[:MAX_LISTED]
-
-
-def _rows(items: Iterable[Iterable[Any]]) -> list[list[Any]]:
-    """The first MAX_LISTED places or values, each as a JSON list."""
-    return [list(x) for x in _short(items)]
-
-
-def _place(
-    t: str, p: int, o: int, value: str | None = None, reader: str | None = None
-) -> dict[str, Any]:
-    """The details naming one record, in the order reports show them."""
-    place: dict[str, Any] = {} if reader is None else {"reader": reader}
-    place.update(topic=t, partition=p, offset=o)
-    if value is not None:
-        place["value"] = value
-    return place
-
-
-class _Model:
-    """Everything the history says, indexed for the checks."""
-
-    def __init__(self, ops: Iterable[Op], final_process_prefix: str = "final") -> None:
-        self.txns: dict[str, Txn] = {}
-        self.writer: dict[str, Txn] = {}  # value -> transaction that wrote it
-        self.written_to: dict[str, TopicPartition] = {}
-        self.sessions: dict[str, Session] = {}
-        self.offset_reads: list[tuple[Op, dict[TopicPartition, int]]] = []
-        self.finals: dict[str, FinalPass] = {}
-        self.final_offsets: dict[TopicPartition, int] | None = None
-        self.faults: Counter[str] = Counter()
-        self.compacted: set[str] = set()  # topics the cleaner compacts
-        self.keys: dict[str, tuple[str, bool]] = {}  # value -> (key, is a tombstone)
-        self.by_key: dict[tuple[str, int, str], list[str]] = defaultdict(list)  # values
-        self.ops = 0
-        for op in ops:
-            self.ops += 1
-            self._add(op, final_process_prefix)
-
-    def _add(self, op: Op, final_prefix: str) -> None:
-        v = op.value
-        if op.process == NEMESIS:
-            if op.type == INVOKE:
-                self.faults[op.f] += 1
-            return
-        if op.f == TXN:
-            if op.type == INVOKE:
-                self._invoke(op)
-            else:
-                txn = self.txns.get(str(v.get("txn")))
-                if txn is None:
-                    raise CheckerError(f"op {op.index}: completion of unknown transaction {v}")
-                txn.outcome, txn.error = op.type, v.get("error")
-                self._delivered(txn, v.get("delivered", []))
-        elif op.f == TXN_END:
-            txn = self.txns.get(str(v.get("txn")))
-            if txn is not None:
-                txn.end = v.get("end")
-                self._delivered(txn, v.get("delivered", []))
-        elif op.f == POLL and op.type == OK:
-            session = self.sessions.get(op.process)
-            if session is None:
-                isolation = str(v.get("isolation", READ_COMMITTED))
-                session = self.sessions[op.process] = Session(op.process, isolation)
-            session.records.extend(records(v))
-        elif op.f == OFFSETS and op.type == OK:
-            found = {(str(t), int(p)): int(o) for t, p, o in v.get("offsets", [])}
-            if op.process.startswith(final_prefix):
-                self.final_offsets = found
-            else:
-                self.offset_reads.append((op, found))
-        elif op.f == TOPICS:
-            for name, topic in v.get("topics", {}).items():
-                policy = str(topic.get("configs", {}).get("cleanup.policy", "delete"))
-                if "compact" in policy.split(","):
-                    self.compacted.add(str(name))
-        elif op.f == FINAL_READ:
-            final = self.finals.setdefault(str(v["isolation"]), FinalPass(str(v["isolation"])))
-            for t, p, position, hw in v.get("partitions", []):
-                tp = (str(t), int(p))
-                final.ends[tp] = (int(position), int(hw))
-                final.complete[tp] = int(position) >= int(hw)
-            final.process = op.process
-
-    def _invoke(self, op: Op) -> None:
-        v = op.value
-        txn_id = str(v["txn"])
-        if txn_id in self.txns:
-            raise CheckerError(f"op {op.index}: transaction {txn_id} invoked twice")
-        txn = Txn(
-            txn_id,
-            op.process,
-            str(v.get("intent", COMMIT)),
-            [(str(t), int(p), str(val)) for t, p, val in v.get("writes", [])],
-            records(v, "reads"),
-            {(str(t), int(p)): int(o) for t, p, o in v.get("offsets", [])},
-            keys={str(val): (str(k), bool(dead)) for val, (k, dead) in v.get("keys", {}).items()},
-        )
-        self.txns[txn_id] = txn
-        for t, p, value in txn.writes:
-            if value in self.writer:
-                raise CheckerError(f"value {value!r} written by two transactions")
-            self.writer[value] = txn
-            self.written_to[value] = (t, p)
-            if value in txn.keys:
-                self.keys[value] = txn.keys[value]
-                self.by_key[(t, p, txn.keys[value][0])].append(value)
-
-    @staticmethod
-    def _delivered(txn: Txn, delivered: Iterable[Any]) -> None:
-        for t, p, o, value in delivered:
-            txn.delivered[str(value)] = (str(t), int(p), int(o))
-
-    def final_passes(self) -> None:
-        """Attach to each final pass the records its session read."""
-        for final in self.finals.values():
-            session = self.sessions.get(final.process) if final.process else None
-            for t, p, o, value in session.records if session else []:
-                final.at.setdefault((t, p), {})[o] = value
 
 
 class Checker:
     def __init__(self, ops: Iterable[Op]) -> None:
-        self.model = _Model(ops)
+        self.model = IndexedHistory(ops)
         self.model.final_passes()
         self.anomalies: list[Anomaly] = []
         m = self.model
@@ -322,7 +102,7 @@ class Checker:
         self.flag(
             kind,
             f"{process} read {value!r} at {t}-{p}:{o}{why}",
-            **_place(t, p, o, value, reader=process),
+            **place_details(t, p, o, value, reader=process),
             **details,
         )
 
@@ -440,7 +220,7 @@ class Checker:
                 "last-value-lost",
                 f"key {key!r} of {t}-{p}: the last committed value is {last!r} at offset "
                 f"{last_offset}, but the final read_committed pass holds {holds}",
-                **_place(t, p, last_offset, last),
+                **place_details(t, p, last_offset, last),
                 key=key,
                 tombstone=deleted,
                 txn=m.writer[last].id,
@@ -468,7 +248,7 @@ class Checker:
                 self.flag(
                     "inconsistent-offset",
                     f"{t}-{p} offset {o} holds {len(values)} values",
-                    **_place(t, p, o),
+                    **place_details(t, p, o),
                     values=sources,
                 )
         for value, places in sorted(self.where.items()):
@@ -479,7 +259,7 @@ class Checker:
                     "offset-changed",
                     f"value {value!r} is at {t}-{p}:{o} at the end, but was at offset(s) "
                     f"{[x[2] for x in before]} before",
-                    **_place(t, p, o, value),
+                    **place_details(t, p, o, value),
                     before={
                         f"{bt}-{bp}:{bo}": self.first_source[(bt, bp, bo, value)]
                         for bt, bp, bo in before
@@ -564,7 +344,7 @@ class Checker:
                     self.flag(
                         "nonmonotonic-poll",
                         f"{session.process} got {t}-{p}:{o} after offset {previous}",
-                        **_place(t, p, o, reader=session.process),
+                        **place_details(t, p, o, reader=session.process),
                         previous_offset=previous,
                         value=value,
                     )
@@ -605,7 +385,7 @@ class Checker:
             partition=p,
             from_offset=previous,
             to_offset=offset,
-            missed=_rows(missed),
+            missed=listed_rows(missed),
             missed_count=len(missed),
         )
 
@@ -642,8 +422,8 @@ class Checker:
                     reader=session.process,
                     txn=txn.id,
                     txn_outcome=txn.outcome,
-                    seen=_short(v for _, _, v in txn.writes if v in seen),
-                    passed=_rows(passed),
+                    seen=listed(v for _, _, v in txn.writes if v in seen),
+                    passed=listed_rows(passed),
                 )
         return missed
 
@@ -683,8 +463,8 @@ class Checker:
                     f"read: {len(visible)} value(s) committed, {len(hidden)} not",
                     txn=txn.id,
                     txn_outcome=txn.outcome,
-                    visible=_rows(visible),
-                    missing=_rows(hidden),
+                    visible=listed_rows(visible),
+                    missing=listed_rows(hidden),
                 )
             elif txn.committed and hidden:
                 self.flag(
@@ -693,7 +473,7 @@ class Checker:
                     "value(s) are missing from the final read_committed pass",
                     txn=txn.id,
                     missing=[
-                        [t, p, txn.delivered.get(v, (t, p, -1))[2], v] for t, p, v in _short(hidden)
+                        [t, p, txn.delivered.get(v, (t, p, -1))[2], v] for t, p, v in listed(hidden)
                     ],
                 )
             lost = [
@@ -708,7 +488,7 @@ class Checker:
                     "the log (final read_uncommitted pass)",
                     txn=txn.id,
                     txn_outcome=txn.outcome,
-                    missing=_rows(lost),
+                    missing=listed_rows(lost),
                 )
         # A value a read_committed consumer saw was committed; it must still be there.
         reported: set[str] = set()
@@ -771,7 +551,7 @@ class Checker:
                 self.flag(
                     kind,
                     f"input {value!r} at {tp[0]}-{tp[1]}:{o} {why}",
-                    **_place(*tp, o, value),
+                    **place_details(*tp, o, value),
                     group_offset=group_offset,
                     **more,
                 )
@@ -807,7 +587,7 @@ class Checker:
                 self.flag(
                     kind,
                     f"{where}: {tp[0]}-{tp[1]} committed at {o}, which {why}",
-                    **_place(*tp, o),
+                    **place_details(*tp, o),
                     **more,
                 )
 

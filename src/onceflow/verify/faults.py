@@ -338,29 +338,15 @@ class Nemesis:
                 broker = t.broker
                 hold = self._hold(2.0, 10.0)
                 return self._make("broker", hold, broker.pause, broker.resume)
-            name = self._client()
-            if name is None:
-                return None
-            moment = self._moment(name)
-            plan = self._make(
-                name,
-                self._hold(3.0, 15.0),
-                lambda: {"process": t.clients.pause(name, moment)},
-                lambda: t.clients.resume(name),
+            return self._client_fault(
+                lambda: self._hold(3.0, 15.0), t.clients.pause, t.clients.resume
             )
-            return {**plan, "moment": moment}
         if kind == CRASH_CLIENT:
-            name = self._client()
-            if name is None:
-                return None
-            moment = self._moment(name)
-            plan = self._make(
-                name,
-                rng.uniform(0.0, 2.0),
-                lambda: {"process": t.clients.crash(name, moment)},
-                lambda: {"restarted": t.clients.start(name)},
+            return self._client_fault(
+                lambda: rng.uniform(0.0, 2.0),
+                t.clients.crash,
+                lambda name: {"restarted": t.clients.start(name)},
             )
-            return {**plan, "moment": moment}
         if kind == PARTITION and t.proxy is not None:
             return self._partition(t.proxy)
         if kind == DISK and t.disk is not None:
@@ -393,6 +379,23 @@ class Nemesis:
         if mode == "delay":
             plan["latency_s"] = latency
         return plan
+
+    def _client_fault(
+        self,
+        hold: Callable[[], float],
+        strike: Callable[[str, str], Any],
+        heal: Callable[[str], Any],
+    ) -> dict[str, Any] | None:
+        """A fault on one client process: which one, at what moment of its work, held how
+        long (drawn in that order: a seed replays the same faults)."""
+        name = self._client()
+        if name is None:
+            return None
+        moment = self._moment(name)
+        plan = self._make(
+            name, hold(), lambda: {"process": strike(name, moment)}, lambda: heal(name)
+        )
+        return {**plan, "moment": moment}
 
     def _hold(self, low: float, high: float) -> float:
         return self.rng.uniform(low, high) * self.scale

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.broker.embedded import EmbeddedBroker
@@ -47,14 +47,12 @@ from onceflow.verify.faults import (
     SupervisedBroker,
     Targets,
 )
+from onceflow.verify.final_reads import final_offsets, final_pass, wait_drained
 from onceflow.verify.history import (
     FAIL,
-    FINAL,
-    FINAL_READ,
     INFO,
     INVOKE,
     NEMESIS,
-    OFFSETS,
     OK,
     POLL,
     READ_COMMITTED,
@@ -72,7 +70,6 @@ from onceflow.verify.workload import (
     PRODUCER,
     READER,
     WorkloadSpec,
-    identity,
 )
 
 # The broker aborts the transactions of crashed or paused clients quickly, so that the run
@@ -461,178 +458,3 @@ def create_topics(
         if time.monotonic() > deadline:
             raise VerifyError(f"topics {sorted(topics)} not all visible after 30 s")
         time.sleep(0.2)
-
-
-def final_pass(
-    bootstrap: str,
-    workload: WorkloadSpec,
-    isolation: str,
-    history: History,
-    settle_s: float,
-    tag: str,
-) -> None:
-    """Read every partition from the beginning to its high watermark, recording the polls
-    as process `final-rc` / `final-ru`; read_committed stops short of the high watermark
-    only while a transaction is still open (its LSO), so it waits for that, up to settle_s."""
-    process = f"{FINAL}-{'rc' if isolation == READ_COMMITTED else 'ru'}"
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"verify-{tag}-final",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "log_level": 3,
-        }
-    )
-    # A read_committed consumer's watermark query answers the last stable offset: the high
-    # watermark comes from a read_uncommitted one.
-    probe = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"verify-{tag}-probe",
-            "isolation.level": READ_UNCOMMITTED,
-            "log_level": 3,
-        }
-    )
-    tps = [TopicPartition(t, p, OFFSET_BEGINNING) for t, p in workload.all_partitions()]
-    consumer.assign(tps)
-    deadline = time.monotonic() + settle_s
-    ends: dict[tuple[str, int], tuple[int, int]] = {}
-    try:
-        while True:
-            began = time.monotonic()
-            messages = consumer.consume(1000, 0.5)
-            got = [m for m in messages if m.error() is None]
-            if got:
-                history.append(process, INVOKE, POLL, {"isolation": isolation}, at=began)
-                out = [[m.topic(), m.partition(), m.offset(), identity(m)] for m in got]
-                history.append(process, OK, POLL, {"isolation": isolation, "records": out})
-                continue
-            ends = _ends(consumer, probe, tps)
-            if all(position >= hw for position, hw in ends.values()):
-                break
-            if time.monotonic() > deadline:
-                break
-    finally:
-        consumer.close()
-        probe.close()
-    history.append(
-        process,
-        INFO,
-        FINAL_READ,
-        {
-            "isolation": isolation,
-            "partitions": [[t, p, pos, hw] for (t, p), (pos, hw) in sorted(ends.items())],
-        },
-    )
-
-
-def _ends(
-    consumer: Consumer, probe: Consumer, tps: list[TopicPartition]
-) -> dict[tuple[str, int], tuple[int, int]]:
-    """(position, high watermark) per partition (the position of a partition not read yet
-    is where it was assigned)."""
-    positions = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(tps)}
-    out = {}
-    for tp in tps:
-        low, high = probe.get_watermark_offsets(
-            TopicPartition(tp.topic, tp.partition), timeout=10, cached=False
-        )
-        position = positions[(tp.topic, tp.partition)]
-        if position < 0:  # nothing read yet: still where it was assigned
-            position = tp.offset if tp.offset >= 0 else low
-        out[(tp.topic, tp.partition)] = (position, high)
-    return out
-
-
-def wait_drained(bootstrap: str, workload: WorkloadSpec, timeout_s: float, tag: str) -> bool:
-    """Wait until the copiers' committed offsets are past every committed input record
-    (nothing left for them to copy); False at the deadline."""
-    group = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": workload.copy_group,  # never joined: only OffsetFetch
-            "isolation.level": READ_COMMITTED,
-            "enable.auto.commit": False,
-            "log_level": 3,
-        }
-    )
-    deadline = time.monotonic() + timeout_s
-    inputs = [TopicPartition(t, p) for t, p in workload.input_partitions()]
-    try:
-        while time.monotonic() < deadline:
-            try:
-                committed = group.committed(inputs, timeout=10)
-            except KafkaException:
-                time.sleep(0.5)
-                continue
-            starts = {(tp.topic, tp.partition): tp.offset for tp in committed}
-            if _nothing_left(bootstrap, workload, starts, tag):
-                return True
-            time.sleep(1.0)
-        return False
-    finally:
-        group.close()
-
-
-def _nothing_left(
-    bootstrap: str, workload: WorkloadSpec, starts: dict[tuple[str, int], int], tag: str
-) -> bool:
-    """No committed record from the group's offsets to the high watermark (all settled)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"verify-{tag}-drain",
-            "isolation.level": READ_COMMITTED,
-            "enable.auto.commit": False,
-            "log_level": 3,
-        }
-    )
-    probe = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"verify-{tag}-probe",
-            "isolation.level": READ_UNCOMMITTED,
-            "log_level": 3,
-        }
-    )
-    tps = [
-        TopicPartition(t, p, offset if offset >= 0 else OFFSET_BEGINNING)
-        for (t, p), offset in starts.items()
-    ]
-    consumer.assign(tps)
-    deadline = time.monotonic() + 10
-    try:
-        while time.monotonic() < deadline:
-            if any(m.error() is None for m in consumer.consume(100, 0.2)):
-                return False
-            ends = _ends(consumer, probe, tps)
-            if all(position >= hw for position, hw in ends.values()):
-                return True
-        return False
-    finally:
-        consumer.close()
-        probe.close()
-
-
-def final_offsets(bootstrap: str, workload: WorkloadSpec, history: History) -> None:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": workload.copy_group,
-            "isolation.level": READ_COMMITTED,
-            "enable.auto.commit": False,
-            "log_level": 3,
-        }
-    )
-    history.append(FINAL, INVOKE, OFFSETS, {"group": workload.copy_group})
-    try:
-        found = consumer.committed(
-            [TopicPartition(t, p) for t, p in workload.input_partitions()], timeout=30
-        )
-        offsets = [[tp.topic, tp.partition, tp.offset] for tp in found]
-        history.append(FINAL, OK, OFFSETS, {"group": workload.copy_group, "offsets": offsets})
-    except KafkaException as e:
-        history.append(FINAL, FAIL, OFFSETS, {"group": workload.copy_group, "error": str(e)})
-    finally:
-        consumer.close()

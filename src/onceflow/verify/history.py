@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from onceflow.json_lines import JsonLineError, json_lines
+
 INVOKE, OK, FAIL, UNKNOWN, INFO = "invoke", "ok", "fail", "unknown", "info"
 TYPES = frozenset({INVOKE, OK, FAIL, UNKNOWN, INFO})
 COMPLETIONS = frozenset({OK, FAIL, UNKNOWN})
@@ -184,14 +186,11 @@ class History:
 
 
 def parse_lines(lines: Iterable[str]) -> Iterator[Op]:
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise HistoryError(f"line {number}: {e}") from None
-        yield Op.from_json(data)
+    try:
+        for _, data in json_lines(lines):
+            yield Op.from_json(data)
+    except JsonLineError as e:
+        raise HistoryError(str(e)) from None
 
 
 def records(value: dict[str, Any], key: str = "records") -> list[Record]:

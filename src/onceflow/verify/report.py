@@ -9,7 +9,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from onceflow.verify.checker import KINDS
+from onceflow.verify.anomalies import KINDS
 from onceflow.verify.harness import VerifyRun
 
 MAX_ANOMALIES_PER_KIND = 1000  # in the JSON report; the counts are always complete

@@ -187,6 +187,35 @@ def keyed_writes(
     return writes, keys
 
 
+Emit = Callable[..., None]  # (type, f, value, at=None): OpStream.emit, or History.append's
+
+
+def record_poll(emit: Emit, isolation: str, got: list[Message], started: float) -> None:
+    """A poll that returned records: its invocation (when it began) and what it got."""
+    emit(INVOKE, POLL, {"isolation": isolation}, at=started)
+    out = [[m.topic(), m.partition(), m.offset(), identity(m)] for m in got]
+    emit(OK, POLL, {"isolation": isolation, "records": out})
+
+
+def record_committed_offsets(
+    emit: Emit, consumer: Consumer, group: str, tps: list[TopicPartition], timeout_s: float
+) -> None:
+    """The group's committed offsets of `tps` (OffsetFetch, read_committed consumer: no
+    pending offsets returned), or why they could not be read."""
+    emit(INVOKE, OFFSETS, {"group": group})
+    try:
+        committed = consumer.committed(tps, timeout=timeout_s)
+    except KafkaException as e:
+        emit(FAIL, OFFSETS, {"group": group, "error": str(e.args[0])})
+        return
+    errors = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in committed if tp.error]
+    if errors:
+        emit(FAIL, OFFSETS, {"group": group, "error": errors})
+    else:
+        found = [[tp.topic, tp.partition, tp.offset] for tp in committed]
+        emit(OK, OFFSETS, {"group": group, "offsets": found})
+
+
 def base_config(spec: WorkerSpec, workload: WorkloadSpec) -> dict[str, Any]:
     """librdkafka settings for a client that must live through broker restarts and pauses."""
     # Short, so that a paused broker or a black-holed connection trips them (librdkafka
@@ -517,9 +546,7 @@ def run_reader(
                 if m.error() is not None:
                     stream.emit(INFO, WORKER, {"event": "consume-error", "error": str(m.error())})
             if got:
-                stream.emit(INVOKE, POLL, {"isolation": spec.isolation}, at=started)
-                out = [[m.topic(), m.partition(), m.offset(), identity(m)] for m in got]
-                stream.emit(OK, POLL, {"isolation": spec.isolation, "records": out})
+                record_poll(stream.emit, spec.isolation, got, started)
     finally:
         consumer.close()
 
@@ -538,18 +565,7 @@ def run_offsets_reader(
     tps = [TopicPartition(t, p) for t, p in workload.input_partitions()]
     try:
         while not stop.is_set():
-            stream.emit(INVOKE, OFFSETS, {"group": workload.copy_group})
-            try:
-                committed = consumer.committed(tps, timeout=5)
-            except KafkaException as e:
-                stream.emit(FAIL, OFFSETS, {"group": workload.copy_group, "error": str(e.args[0])})
-            else:
-                errors = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in committed if tp.error]
-                if errors:
-                    stream.emit(FAIL, OFFSETS, {"group": workload.copy_group, "error": errors})
-                else:
-                    found = [[tp.topic, tp.partition, tp.offset] for tp in committed]
-                    stream.emit(OK, OFFSETS, {"group": workload.copy_group, "offsets": found})
+            record_committed_offsets(stream.emit, consumer, workload.copy_group, tps, 5)
             stop.wait(0.5)
     finally:
         consumer.close()

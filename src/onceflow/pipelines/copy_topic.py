@@ -15,7 +15,12 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from onceflow.pipelines.session import add_common_arguments, run_pipeline, source, start_sink
+from onceflow.pipelines.session import (
+    PipelineOptions,
+    add_common_arguments,
+    pipeline,
+    run_pipeline,
+)
 
 Transform = Callable[[bytes | None, bytes | None], tuple[bytes | None, bytes | None] | None]
 
@@ -53,34 +58,17 @@ def transformed(df: DataFrame, spec: str | None) -> DataFrame:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="copy", description=__doc__.splitlines()[0])
-    add_common_arguments(p)
-    p.add_argument("--input", required=True)
-    p.add_argument("--output", required=True)
+    add_common_arguments(p, input_topic=None, output_topic=None)
     p.add_argument("--transform", default=None, help="package.module:function")
     return p
 
 
+@pipeline
 def start(
-    spark: SparkSession,
-    *,
-    bootstrap: str,
-    input_topic: str,
-    output_topic: str,
-    checkpoint: str,
-    transform: str | None = None,
-    prefix: str | None = None,
-    exactly_once: bool = True,
-    max_offsets_per_trigger: int | None = None,
+    spark: SparkSession, options: PipelineOptions, transform: str | None = None
 ) -> StreamingQuery:
-    df = transformed(source(spark, bootstrap, input_topic, max_offsets_per_trigger), transform)
-    return start_sink(
-        df,
-        bootstrap=bootstrap,
-        checkpoint=checkpoint,
-        topic=output_topic,
-        prefix=prefix,
-        exactly_once=exactly_once,
-    )
+    """The input topic's records (through `transform`) into the output topic."""
+    return options.start_sink(transformed(options.source(spark), transform))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
