@@ -28,19 +28,13 @@ from onceflow.broker.handlers import (
     offsets,
     produce,
     sasl,
-    scram_credentials,
     topics_admin,
     transactions,
     txn_markers,
 )
+from onceflow.broker.handlers import scram_credentials as scram
 from onceflow.broker.handlers.context import (
-    AdminContext,
-    DataContext,
-    GroupsContext,
     HandlerContexts,
-    SecurityContext,
-    SupportedVersions,
-    TxnContext,
 )
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.messages import Request
@@ -59,87 +53,49 @@ class ApiHandler(Generic[C]):
     min_version: int
     max_version: int
     handle: Callable[[C, Request], HandlerResult]
-    context: Callable[[HandlerContexts], C]  # the family's context, out of all of them
+    context: str  # the family's context: the name of a field of HandlerContexts
     parsed_from: int | None = None
 
 
-def _supported(c: HandlerContexts) -> SupportedVersions:
-    return c.supported
-
-
-def _admin(c: HandlerContexts) -> AdminContext:
-    return c.admin
-
-
-def _data(c: HandlerContexts) -> DataContext:
-    return c.data
-
-
-def _groups(c: HandlerContexts) -> GroupsContext:
-    return c.groups
-
-
-def _txn(c: HandlerContexts) -> TxnContext:
-    return c.txn
-
-
-def _security(c: HandlerContexts) -> SecurityContext:
-    return c.security
-
-
 API_HANDLERS: tuple[ApiHandler[Any], ...] = (
-    ApiHandler(ApiKey.PRODUCE, 0, 12, produce.handle_produce, _data, parsed_from=3),
-    ApiHandler(ApiKey.FETCH, 4, 17, fetch.handle_fetch, _data),
-    ApiHandler(ApiKey.LIST_OFFSETS, 1, 9, list_offsets.handle_list_offsets, _data),
-    ApiHandler(ApiKey.METADATA, 0, 12, metadata.handle_metadata, _admin),
-    ApiHandler(ApiKey.OFFSET_COMMIT, 2, 9, offsets.handle_offset_commit, _groups),
-    ApiHandler(ApiKey.OFFSET_FETCH, 1, 9, offsets.handle_offset_fetch, _groups),
-    ApiHandler(ApiKey.FIND_COORDINATOR, 0, 6, coordinator_lookup.handle_find_coordinator, _admin),
-    ApiHandler(ApiKey.JOIN_GROUP, 0, 9, groups.handle_join_group, _groups),
-    ApiHandler(ApiKey.HEARTBEAT, 0, 4, groups.handle_heartbeat, _groups),
-    ApiHandler(ApiKey.LEAVE_GROUP, 0, 5, groups.handle_leave_group, _groups),
-    ApiHandler(ApiKey.SYNC_GROUP, 0, 5, groups.handle_sync_group, _groups),
-    ApiHandler(ApiKey.DESCRIBE_GROUPS, 0, 5, groups.handle_describe_groups, _groups),
-    ApiHandler(ApiKey.LIST_GROUPS, 0, 5, groups.handle_list_groups, _groups),
-    ApiHandler(ApiKey.API_VERSIONS, 0, 4, api_versions.handle_api_versions, _supported),
-    ApiHandler(ApiKey.CREATE_TOPICS, 2, 7, topics_admin.handle_create_topics, _admin),
-    ApiHandler(ApiKey.DELETE_TOPICS, 1, 6, topics_admin.handle_delete_topics, _admin),
-    ApiHandler(ApiKey.INIT_PRODUCER_ID, 0, 5, transactions.handle_init_producer_id, _txn),
-    ApiHandler(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, transactions.handle_add_partitions_to_txn, _txn),
-    ApiHandler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, transactions.handle_add_offsets_to_txn, _txn),
-    ApiHandler(ApiKey.END_TXN, 0, 4, transactions.handle_end_txn, _txn),
-    ApiHandler(ApiKey.WRITE_TXN_MARKERS, 1, 1, txn_markers.handle_write_txn_markers, _data),
-    ApiHandler(ApiKey.TXN_OFFSET_COMMIT, 0, 4, transactions.handle_txn_offset_commit, _txn),
-    ApiHandler(ApiKey.DESCRIBE_CONFIGS, 1, 4, configs.handle_describe_configs, _admin),
-    ApiHandler(ApiKey.ALTER_CONFIGS, 0, 2, alter_configs.handle_alter_configs, _admin),
-    ApiHandler(ApiKey.CREATE_PARTITIONS, 0, 3, topics_admin.handle_create_partitions, _admin),
-    ApiHandler(ApiKey.DELETE_GROUPS, 0, 2, groups.handle_delete_groups, _groups),
+    ApiHandler(ApiKey.PRODUCE, 0, 12, produce.handle_produce, "data", parsed_from=3),
+    ApiHandler(ApiKey.FETCH, 4, 17, fetch.handle_fetch, "data"),
+    ApiHandler(ApiKey.LIST_OFFSETS, 1, 9, list_offsets.handle_list_offsets, "data"),
+    ApiHandler(ApiKey.METADATA, 0, 12, metadata.handle_metadata, "admin"),
+    ApiHandler(ApiKey.OFFSET_COMMIT, 2, 9, offsets.handle_offset_commit, "groups"),
+    ApiHandler(ApiKey.OFFSET_FETCH, 1, 9, offsets.handle_offset_fetch, "groups"),
+    ApiHandler(ApiKey.FIND_COORDINATOR, 0, 6, coordinator_lookup.handle_find_coordinator, "admin"),
+    ApiHandler(ApiKey.JOIN_GROUP, 0, 9, groups.handle_join_group, "groups"),
+    ApiHandler(ApiKey.HEARTBEAT, 0, 4, groups.handle_heartbeat, "groups"),
+    ApiHandler(ApiKey.LEAVE_GROUP, 0, 5, groups.handle_leave_group, "groups"),
+    ApiHandler(ApiKey.SYNC_GROUP, 0, 5, groups.handle_sync_group, "groups"),
+    ApiHandler(ApiKey.DESCRIBE_GROUPS, 0, 5, groups.handle_describe_groups, "groups"),
+    ApiHandler(ApiKey.LIST_GROUPS, 0, 5, groups.handle_list_groups, "groups"),
+    ApiHandler(ApiKey.API_VERSIONS, 0, 4, api_versions.handle_api_versions, "supported"),
+    ApiHandler(ApiKey.CREATE_TOPICS, 2, 7, topics_admin.handle_create_topics, "admin"),
+    ApiHandler(ApiKey.DELETE_TOPICS, 1, 6, topics_admin.handle_delete_topics, "admin"),
+    ApiHandler(ApiKey.INIT_PRODUCER_ID, 0, 5, transactions.handle_init_producer_id, "txn"),
     ApiHandler(
-        ApiKey.INCREMENTAL_ALTER_CONFIGS,
-        0,
-        1,
-        alter_configs.handle_incremental_alter_configs,
-        _admin,
+        ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, transactions.handle_add_partitions_to_txn, "txn"
     ),
-    ApiHandler(ApiKey.DESCRIBE_PRODUCERS, 0, 0, transactions.handle_describe_producers, _data),
-    ApiHandler(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, transactions.handle_describe_transactions, _txn),
-    ApiHandler(ApiKey.LIST_TRANSACTIONS, 0, 1, transactions.handle_list_transactions, _txn),
-    ApiHandler(ApiKey.SASL_HANDSHAKE, 0, 1, sasl.handle_sasl_handshake, _security),
-    ApiHandler(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl.handle_sasl_authenticate, _security),
+    ApiHandler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, transactions.handle_add_offsets_to_txn, "txn"),
+    ApiHandler(ApiKey.END_TXN, 0, 4, transactions.handle_end_txn, "txn"),
+    ApiHandler(ApiKey.WRITE_TXN_MARKERS, 1, 1, txn_markers.handle_write_txn_markers, "data"),
+    ApiHandler(ApiKey.TXN_OFFSET_COMMIT, 0, 4, transactions.handle_txn_offset_commit, "txn"),
+    ApiHandler(ApiKey.DESCRIBE_CONFIGS, 1, 4, configs.handle_describe_configs, "admin"),
+    ApiHandler(ApiKey.ALTER_CONFIGS, 0, 2, alter_configs.handle_alter_configs, "admin"),
+    ApiHandler(ApiKey.CREATE_PARTITIONS, 0, 3, topics_admin.handle_create_partitions, "admin"),
+    ApiHandler(ApiKey.DELETE_GROUPS, 0, 2, groups.handle_delete_groups, "groups"),
+    ApiHandler(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, alter_configs.handle_incremental, "admin"),
+    ApiHandler(ApiKey.DESCRIBE_PRODUCERS, 0, 0, transactions.handle_describe_producers, "data"),
     ApiHandler(
-        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
-        0,
-        0,
-        scram_credentials.handle_describe_user_scram_credentials,
-        _security,
+        ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, transactions.handle_describe_transactions, "txn"
     ),
-    ApiHandler(
-        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
-        0,
-        0,
-        scram_credentials.handle_alter_user_scram_credentials,
-        _security,
-    ),
+    ApiHandler(ApiKey.LIST_TRANSACTIONS, 0, 1, transactions.handle_list_transactions, "txn"),
+    ApiHandler(ApiKey.SASL_HANDSHAKE, 0, 1, sasl.handle_sasl_handshake, "security"),
+    ApiHandler(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl.handle_sasl_authenticate, "security"),
+    ApiHandler(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, scram.handle_describe, "security"),
+    ApiHandler(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, scram.handle_alter, "security"),
 )
 
 
@@ -163,4 +119,4 @@ def supported_versions() -> dict[int, tuple[int, int]]:
 
 def bind_handlers(contexts: HandlerContexts) -> dict[int, BoundHandler]:
     """Every handler given its family's context: what the broker dispatches a request to."""
-    return {h.api_key: partial(h.handle, h.context(contexts)) for h in API_HANDLERS}
+    return {h.api_key: partial(h.handle, getattr(contexts, h.context)) for h in API_HANDLERS}

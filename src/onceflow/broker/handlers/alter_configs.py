@@ -58,7 +58,7 @@ def handle_alter_configs(ctx: AdminContext, request: Request) -> Any:
     return _alter(ctx, request, incremental=False)
 
 
-def handle_incremental_alter_configs(ctx: AdminContext, request: Request) -> Any:
+def handle_incremental(ctx: AdminContext, request: Request) -> Any:
     return _alter(ctx, request, incremental=True)
 
 

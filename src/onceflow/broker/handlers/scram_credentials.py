@@ -42,7 +42,7 @@ def may_manage_credentials(session: Session | None) -> bool:
     return session is None or session.authenticated
 
 
-def handle_describe_user_scram_credentials(ctx: SecurityContext, request: Request) -> Any:
+def handle_describe(ctx: SecurityContext, request: Request) -> Any:
     cls = response_type(DESCRIBE_USER_SCRAM_CREDENTIALS, request.api_version)
     result_cls = sibling(cls, "DescribeUserScramCredentialsResult")
     info_cls = sibling(cls, "CredentialInfo")
@@ -76,7 +76,7 @@ def handle_describe_user_scram_credentials(ctx: SecurityContext, request: Reques
     )
 
 
-def handle_alter_user_scram_credentials(ctx: SecurityContext, request: Request) -> Any:
+def handle_alter(ctx: SecurityContext, request: Request) -> Any:
     return _alter(ctx, request)
 
 
