@@ -84,9 +84,56 @@ def done_mark_group(prefix: str, partition: int) -> str:
     return f"onceflow-sink.{prefix}.{partition}"
 
 
-def _fenced(exc: KafkaException) -> bool:
+def fenced(exc: KafkaException) -> bool:
+    """The error says a newer producer with the same transactional.id took over."""
     error = exc.args[0] if exc.args else None
     return isinstance(error, KafkaError) and error.code() in _FENCED
+
+
+def fencing_producer(
+    config: dict[str, object], transactional_id: str, topic: str, timeout: float
+) -> Producer:
+    """A transactional producer after `init_transactions()`: every earlier producer of
+    `transactional_id` is fenced and what it left open is completed or aborted."""
+    producer = Producer(
+        {
+            **config,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": int(timeout * 1000),
+            # delivery failures surface in commit_transaction(); skip per-record reports
+            "delivery.report.only.error": True,
+        }
+    )
+    # Metadata twice: the second answer comes from a broker the cluster advertises (not the
+    # bootstrap address), so init_transactions() finds a connection up instead of waiting
+    # out librdkafka's 500 ms retry timer.
+    for _ in range(2):
+        producer.list_topics(topic, timeout=timeout)
+    try:
+        producer.init_transactions(timeout)
+    except KafkaException as exc:
+        if fenced(exc):
+            raise TaskFencedError(f"{transactional_id}: fenced during init") from exc
+        raise
+    return producer
+
+
+def committed_offset(
+    config: dict[str, object], tp: TopicPartition, timeout: float
+) -> tuple[Consumer, int]:
+    """The committed offset of `tp` for the group of `config` (read_committed: it waits out a
+    transaction still completing), and the (cached) consumer whose group metadata commits."""
+    config = {**config, "isolation.level": "read_committed"}
+    reader = mark_reader(config)
+    try:
+        (committed,) = reader.committed([tp], timeout=timeout)
+    except KafkaException:
+        discard(config)
+        raise
+    if committed.error is not None:
+        discard(config)
+        raise DoneMarkError(f"{config.get('group.id')}: {committed.error}")
+    return reader, committed.offset
 
 
 class TaskTransaction:
@@ -112,46 +159,21 @@ class TaskTransaction:
 
     def open(self) -> DoneMark | None:
         """Fence earlier attempts of this task, then read its done-mark (stable from now on)."""
-        timeout = self.target.timeout_s
-        self._producer = Producer(
-            self.target.producer_config(
-                **{
-                    "transactional.id": self.transactional_id,
-                    "transaction.timeout.ms": int(timeout * 1000),
-                    # delivery failures surface in commit_transaction(); skip per-record reports
-                    "delivery.report.only.error": True,
-                }
-            )
+        self._producer = fencing_producer(
+            self.target.producer_config(),
+            self.transactional_id,
+            self.mark_topic,
+            self.target.timeout_s,
         )
-        # Metadata twice: the second answer comes from a broker the cluster advertises (not the
-        # bootstrap address), so init_transactions() finds a connection up instead of waiting
-        # out librdkafka's 500 ms retry timer.
-        for _ in range(2):
-            self._producer.list_topics(self.mark_topic, timeout=timeout)
-        try:
-            self._producer.init_transactions(timeout)
-        except KafkaException as exc:
-            if _fenced(exc):
-                raise TaskFencedError(f"{self.transactional_id}: fenced during init") from exc
-            raise
         return self.read_mark()
 
     def read_mark(self) -> DoneMark | None:
-        config = self.target.consumer_config(
-            **{"group.id": self.group, "isolation.level": "read_committed"}
+        self._marks, offset = committed_offset(
+            self.target.consumer_config(**{"group.id": self.group}),
+            TopicPartition(self.mark_topic, 0),
+            self.target.timeout_s,
         )
-        self._marks = mark_reader(config)
-        try:
-            (committed,) = self._marks.committed(
-                [TopicPartition(self.mark_topic, 0)], timeout=self.target.timeout_s
-            )
-        except KafkaException:
-            discard(config)
-            raise
-        if committed.error is not None:
-            discard(config)
-            raise DoneMarkError(f"{self.group}: {committed.error}")
-        return DoneMark.from_offset(committed.offset)
+        return DoneMark.from_offset(offset)
 
     def produce(self, batch: pa.RecordBatch) -> int:
         assert self._producer is not None, "open() first"
@@ -175,7 +197,7 @@ class TaskTransaction:
             )
             self._producer.commit_transaction(timeout)
         except KafkaException as exc:
-            if _fenced(exc):
+            if fenced(exc):
                 raise TaskFencedError(
                     f"{self.transactional_id}: fenced by a newer attempt before commit"
                 ) from exc
