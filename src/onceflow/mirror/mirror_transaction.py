@@ -17,19 +17,14 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer, TopicPartition
 
 from onceflow.mirror.positions import mirror_group, mirror_transactional_id
 from onceflow.mirror.replication_policy import ReplicationPolicy
 from onceflow.spark.at_least_once import DeliveryError
 from onceflow.spark.sink_columns import produce_when_room
 from onceflow.spark.sink_target import consumer_config, producer_config
-from onceflow.spark.task_transaction import (
-    TaskFencedError,
-    committed_offset,
-    fenced,
-    fencing_producer,
-)
+from onceflow.spark.task_transaction import OffsetsTransaction
 
 log = logging.getLogger(__name__)
 
@@ -52,79 +47,41 @@ class PartitionOutcome:
     skipped: int
 
 
-class MirrorTransaction:
+class MirrorTransaction(OffsetsTransaction):
     """The transaction of one source partition: open(), produce() runs of its rows, commit()."""
 
     def __init__(self, target: MirrorTarget, source_topic: str, partition: int) -> None:
+        topic = target.policy.target_topic(source_topic)
+        super().__init__(
+            mirror_transactional_id(target.policy.alias, topic, partition), target.timeout_s
+        )
         self.target = target
         self.source_topic = source_topic
-        self.topic = target.policy.target_topic(source_topic)
+        self.topic = topic
         self.partition = partition
-        self.transactional_id = mirror_transactional_id(target.policy.alias, self.topic, partition)
         self.rows = 0
         self.skipped = 0
-        self.next_offset: int | None = None
-        self._producer: Producer | None = None
-        self._positions: Consumer | None = None
-        self._open = False
+        self.next_offset = -1
 
     def open(self) -> int:
         """Fence earlier attempts, then read the position (stable from now on); -1 for none."""
-        self._producer = fencing_producer(
-            producer_config(self.target.client),
-            self.transactional_id,
-            self.topic,
-            self.target.timeout_s,
-        )
-        self._positions, position = committed_offset(
-            consumer_config(
-                self.target.client, **{"group.id": mirror_group(self.target.policy.alias)}
-            ),
+        self.fence(producer_config(self.target.client), self.topic)
+        group = {"group.id": mirror_group(self.target.policy.alias)}
+        return self.read_offset(
+            consumer_config(self.target.client, **group),
             TopicPartition(self.topic, self.partition),
-            self.target.timeout_s,
         )
-        return position
 
     def produce(self, batch: pa.RecordBatch, start: int, stop: int) -> None:
         """Rows [start, stop) of `batch` (all of this partition, not yet in the target)."""
-        assert self._producer is not None, "open() first"
-        if not self._open:
-            self._producer.begin_transaction()
-            self._open = True
-        produce_rows(self._producer, batch.slice(start, stop - start), self.topic, self.partition)
+        produce_rows(self.begin(), batch.slice(start, stop - start), self.topic, self.partition)
         self.rows += stop - start
         self.next_offset = batch.column("offset")[stop - 1].as_py() + 1
 
     def commit(self) -> None:
         """Commit the rows with the new position: the offset after the last row written."""
-        assert self._producer is not None and self._positions is not None
-        if not self._open:
-            return
-        timeout = self.target.timeout_s
-        try:
-            self._producer.send_offsets_to_transaction(
-                [TopicPartition(self.topic, self.partition, self.next_offset)],
-                self._positions.consumer_group_metadata(),
-                timeout,
-            )
-            self._producer.commit_transaction(timeout)
-        except KafkaException as exc:
-            if fenced(exc):
-                raise TaskFencedError(f"{self.transactional_id}: fenced before commit") from exc
-            raise
-        self._open = False
-
-    def abort(self) -> None:
-        """Best effort: a transaction left open is aborted by the next attempt's init anyway."""
-        if self._producer is None or not self._open:
-            return
-        self._open = False
-        try:
-            self._producer.abort_transaction(self.target.timeout_s)
-        except KafkaException as exc:
-            log.warning(
-                "%s: abort failed (%s); the next attempt fences it", self.transactional_id, exc
-            )
+        if self.rows:
+            self.commit_with(TopicPartition(self.topic, self.partition, self.next_offset))
 
 
 def produce_rows(producer: Any, batch: pa.RecordBatch, topic: str, partition: int) -> None:
@@ -186,6 +143,9 @@ def mirror_exactly_once(
         for txn, _ in txns.values():
             txn.abort()
         raise
+    finally:
+        for txn, _ in txns.values():
+            txn.close()
     return [
         PartitionOutcome(t.source_topic, t.partition, t.rows, t.skipped) for t, _ in txns.values()
     ]

@@ -43,6 +43,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from onceflow.cli.options import UsageError, parse_pairs
 from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.data_source import TARGET_PREFIX, MirrorDataSource, mirror_target
 from onceflow.mirror.positions import MirrorPositions
@@ -62,7 +63,7 @@ _MS = {"ms": 1, "s": 1000, None: 1000, "m": 60_000, "min": 60_000}
 
 
 class MirrorArgumentError(ValueError):
-    """A flag of the mirror that cannot be used (bad regex, policy, interval, property)."""
+    """A --trigger-interval the mirror cannot use."""
 
 
 def trigger_ms(text: str) -> int:
@@ -71,16 +72,6 @@ def trigger_ms(text: str) -> int:
     if not match:
         raise MirrorArgumentError(f"--trigger-interval {text!r}: want e.g. 500ms, 1s, 2m")
     return int(float(match.group(1)) * _MS[match.group(2)])
-
-
-def properties(pairs: Sequence[str], flag: str) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise MirrorArgumentError(f"{flag} {pair!r}: want key=value")
-        out[key.strip()] = value
-    return out
 
 
 def mirror_options(
@@ -176,8 +167,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = parser()
     args = p.parse_args(argv)
     try:
-        source_props = properties(args.source_property, "--source-property")
-        target_props = properties(args.target_property, "--target-property")
+        source_props = parse_pairs(args.source_property, "--source-property")
+        target_props = parse_pairs(args.target_property, "--target-property")
         mirror = dict(
             source=args.source_bootstrap_server,
             target=args.target_bootstrap_server,
@@ -192,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         options = mirror_options(**mirror)
         if args.trigger_interval:
             trigger_ms(args.trigger_interval)
-    except (MirrorArgumentError, ReplicationPolicyError) as exc:
+    except (MirrorArgumentError, ReplicationPolicyError, UsageError) as exc:
         p.error(str(exc))
     try:
         check_reachable("source", args.source_bootstrap_server, source_props, 10.0)

@@ -136,66 +136,46 @@ def committed_offset(
     return reader, committed.offset
 
 
-class TaskTransaction:
-    """The steps of one exactly-once write task; `write_exactly_once` runs them in order.
+class OffsetsTransaction:
+    """One transaction of records and a consumer-group offset, by a fencing producer: the
+    steps the sink's tasks (done-marks) and the mirror's (source positions) share.
 
-    open() fences and reads the mark; produce() opens the transaction on first use; commit()
-    adds the mark and commits. Tests drive the steps of two attempts by hand to interleave them.
+    fence() bumps the epoch of the transactional id; read_offset() then reads the group's
+    offset, stable from now on; begin() opens the transaction on first use; commit_with() adds
+    the new offset and commits.
     """
 
-    def __init__(
-        self, target: SinkTarget, prefix: str, partition: int, batch_id: int, mark_topic: str
-    ) -> None:
-        self.target = target
-        self.partition = partition
-        self.batch_id = batch_id
-        self.mark_topic = mark_topic
-        self.transactional_id = transactional_id(prefix, partition)
-        self.group = done_mark_group(prefix, partition)
-        self.rows = 0
+    def __init__(self, transactional_id: str, timeout_s: float) -> None:
+        self.transactional_id = transactional_id
+        self.timeout_s = timeout_s
         self._producer: Producer | None = None
-        self._marks: Consumer | None = None
+        self._group: Consumer | None = None
         self._open = False
 
-    def open(self) -> DoneMark | None:
-        """Fence earlier attempts of this task, then read its done-mark (stable from now on)."""
+    def fence(self, producer_config: dict[str, object], topic: str) -> None:
         self._producer = fencing_producer(
-            self.target.producer_config(),
-            self.transactional_id,
-            self.mark_topic,
-            self.target.timeout_s,
+            producer_config, self.transactional_id, topic, self.timeout_s
         )
-        return self.read_mark()
 
-    def read_mark(self) -> DoneMark | None:
-        self._marks, offset = committed_offset(
-            self.target.consumer_config(**{"group.id": self.group}),
-            TopicPartition(self.mark_topic, 0),
-            self.target.timeout_s,
-        )
-        return DoneMark.from_offset(offset)
+    def read_offset(self, consumer_config: dict[str, object], tp: TopicPartition) -> int:
+        self._group, offset = committed_offset(consumer_config, tp, self.timeout_s)
+        return offset
 
-    def produce(self, batch: pa.RecordBatch) -> int:
-        assert self._producer is not None, "open() first"
+    def begin(self) -> Producer:
+        assert self._producer is not None, "fence() first"
         if not self._open:
             self._producer.begin_transaction()
             self._open = True
-        n = produce_batch(self._producer, batch, self.target.columns, self.target.topic)
-        self.rows += n
-        return n
+        return self._producer
 
-    def commit(self, position: int) -> None:
-        """Commit the rows with the mark "the first `position` rows of this batch are done"."""
-        assert self._producer is not None and self._marks is not None and self._open
-        timeout = self.target.timeout_s
-        offset = DoneMark(self.batch_id, position).to_offset()
+    def commit_with(self, offset: TopicPartition) -> None:
+        """Commit the records with `offset` for the group read by read_offset()."""
+        assert self._producer is not None and self._group is not None and self._open
         try:
             self._producer.send_offsets_to_transaction(
-                [TopicPartition(self.mark_topic, 0, offset)],
-                self._marks.consumer_group_metadata(),
-                timeout,
+                [offset], self._group.consumer_group_metadata(), self.timeout_s
             )
-            self._producer.commit_transaction(timeout)
+            self._producer.commit_transaction(self.timeout_s)
         except KafkaException as exc:
             if fenced(exc):
                 raise TaskFencedError(
@@ -210,15 +190,56 @@ class TaskTransaction:
             return
         self._open = False
         try:
-            self._producer.abort_transaction(self.target.timeout_s)
+            self._producer.abort_transaction(self.timeout_s)
         except KafkaException as exc:
             log.warning(
                 "%s: abort failed (%s); the next attempt fences it", self.transactional_id, exc
             )
 
     def close(self) -> None:
-        self._marks = None  # shared with later tasks of this worker (mark_readers)
+        self._group = None  # shared with later tasks of this worker (mark_readers)
         self._producer = None
+
+
+class TaskTransaction(OffsetsTransaction):
+    """The steps of one exactly-once write task; `write_exactly_once` runs them in order.
+
+    open() fences and reads the mark; produce() opens the transaction on first use; commit()
+    adds the mark and commits. Tests drive the steps of two attempts by hand to interleave them.
+    """
+
+    def __init__(
+        self, target: SinkTarget, prefix: str, partition: int, batch_id: int, mark_topic: str
+    ) -> None:
+        super().__init__(transactional_id(prefix, partition), target.timeout_s)
+        self.target = target
+        self.partition = partition
+        self.batch_id = batch_id
+        self.mark_topic = mark_topic
+        self.group = done_mark_group(prefix, partition)
+        self.rows = 0
+
+    def open(self) -> DoneMark | None:
+        """Fence earlier attempts of this task, then read its done-mark (stable from now on)."""
+        self.fence(self.target.producer_config(), self.mark_topic)
+        return self.read_mark()
+
+    def read_mark(self) -> DoneMark | None:
+        offset = self.read_offset(
+            self.target.consumer_config(**{"group.id": self.group}),
+            TopicPartition(self.mark_topic, 0),
+        )
+        return DoneMark.from_offset(offset)
+
+    def produce(self, batch: pa.RecordBatch) -> int:
+        n = produce_batch(self.begin(), batch, self.target.columns, self.target.topic)
+        self.rows += n
+        return n
+
+    def commit(self, position: int) -> None:
+        """Commit the rows with the mark "the first `position` rows of this batch are done"."""
+        offset = DoneMark(self.batch_id, position).to_offset()
+        self.commit_with(TopicPartition(self.mark_topic, 0, offset))
 
 
 def write_exactly_once(
