@@ -26,7 +26,7 @@ from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.mirror_transaction import runs
 from onceflow.mirror.positions import mirror_group
-from onceflow.mirror.progress import lag_per_topic, rows_since
+from onceflow.mirror.progress import MirrorProgress, lag_per_topic, rows_since
 from onceflow.mirror.replication_policy import (
     ReplicationPolicy,
     ReplicationPolicyError,
@@ -450,3 +450,9 @@ def test_lag_and_rate_figures() -> None:
     assert mirror.trigger_ms("500ms") == 500 and mirror.trigger_ms("2s") == 2000
     with pytest.raises(mirror.MirrorArgumentError):
         mirror.trigger_ms("soon")
+
+
+def test_progress_line_of_the_plain_mirror_has_no_lag() -> None:
+    """The plain mirror keeps no position in the target: records/s only."""
+    line = MirrorProgress(None, None).line([{"batchId": 0, "numInputRows": 10}])  # type: ignore[arg-type]
+    assert line.startswith("mirror: ") and line.endswith(" records/s")

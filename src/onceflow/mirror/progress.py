@@ -7,9 +7,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from onceflow.mirror.positions import MirrorPositions
+from confluent_kafka import KafkaException
+
+from onceflow.mirror.positions import MirrorPositions, PositionLookupError
 from onceflow.spark.offset_ranges import PartitionOffsets
-from onceflow.spark.topic_offsets import TopicOffsets
+from onceflow.spark.topic_offsets import OffsetLookupError, TopicOffsets
 
 
 def lag_per_topic(latest: PartitionOffsets, positions: PartitionOffsets) -> dict[str, int]:
@@ -32,7 +34,9 @@ def rows_since(progress: Iterable[Mapping[str, Any]], last_batch: int) -> tuple[
 
 
 class MirrorProgress:
-    def __init__(self, source: TopicOffsets, positions: MirrorPositions) -> None:
+    def __init__(self, source: TopicOffsets, positions: MirrorPositions | None) -> None:
+        """`positions` None: the at-least-once mirror, whose position is only in Spark's
+        checkpoint, so no lag is shown."""
         self.source = source
         self.positions = positions
         self._last_batch = -1
@@ -43,7 +47,13 @@ class MirrorProgress:
         rows, self._last_batch = rows_since(recent, self._last_batch)
         rate = rows / max(now - self._since, 1e-9)
         self._since = now
-        tps = self.source.partitions()
-        lag = lag_per_topic(self.source.latest(tps), self.positions.committed(tps))
+        if self.positions is None:
+            return f"mirror: {rate:,.0f} records/s"
+        try:
+            tps = self.source.partitions()
+            lag = lag_per_topic(self.source.latest(tps), self.positions.committed(tps))
+        except (OffsetLookupError, PositionLookupError, KafkaException) as exc:
+            # a cluster away for a while: the query rides it out, the progress line too
+            return f"mirror: {rate:,.0f} records/s, lag: unknown ({exc})"
         lags = " ".join(f"{t}={n}" for t, n in lag.items()) or "(no topic yet)"
         return f"mirror: {rate:,.0f} records/s, lag: {lags}"

@@ -201,7 +201,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     target = mirror_target(options)
     progress = MirrorProgress(
         TopicOffsets(SourceOptions.parse(options, streaming=True)),
-        MirrorPositions(target.client, target.policy, target.timeout_s),
+        MirrorPositions(target.client, target.policy, target.timeout_s)
+        if target.exactly_once
+        else None,
     )
     while not query.awaitTermination(args.progress_interval):
         print(progress.line(query.recentProgress), flush=True)
