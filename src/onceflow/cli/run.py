@@ -11,6 +11,7 @@ PIPELINES = {
     "wordcount": "onceflow.pipelines.wordcount",
     "file-transactions": "onceflow.pipelines.file_transactions",
     "copy": "onceflow.pipelines.copy_topic",
+    "mirror": "onceflow.pipelines.mirror",
 }
 
 

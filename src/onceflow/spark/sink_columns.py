@@ -116,7 +116,7 @@ def produce_batch(
             try:
                 produce(topic, value, key)
             except BufferError:
-                _produce_when_room(producer, topic, value, key)
+                produce_when_room(producer, topic, value, key)
     else:
         topics = (
             batch.column(columns.topic).to_pylist()
@@ -143,12 +143,12 @@ def produce_batch(
             try:
                 produce(topic, values[i], keys[i], **kwargs)
             except BufferError:
-                _produce_when_room(producer, topic, values[i], keys[i], **kwargs)
+                produce_when_room(producer, topic, values[i], keys[i], **kwargs)
     producer.poll(0)
     return n
 
 
-def _produce_when_room(producer: Any, *args: Any, **kwargs: Any) -> None:
+def produce_when_room(producer: Any, *args: Any, **kwargs: Any) -> None:
     """Retry a produce refused for a full local queue, serving deliveries meanwhile (bounded)."""
     deadline = time.monotonic() + QUEUE_FULL_TIMEOUT_S
     while True:

@@ -39,6 +39,30 @@ _PRODUCER_ONLY = frozenset(
 _QUICK_CONNECT = {"reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 1000}
 
 
+def producer_config(client: dict[str, str], **overrides: object) -> dict[str, object]:
+    """A task's producer for the cluster of `client` (the sinks' and the mirror's)."""
+    return {
+        # Java's default partitioner: keyed rows land where a Java producer puts them
+        "partitioner": "murmur2_random",
+        "linger.ms": 5,
+        **_QUICK_CONNECT,
+        **client,
+        **overrides,
+    }
+
+
+def consumer_config(client: dict[str, str], **overrides: object) -> dict[str, object]:
+    """A task's consumer of committed offsets for the cluster of `client`; never commits."""
+    base = {k: v for k, v in client.items() if k not in _PRODUCER_ONLY}
+    return {
+        **_QUICK_CONNECT,
+        **base,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        **overrides,
+    }
+
+
 @dataclass(frozen=True)
 class SinkTarget:
     """Cluster, topic and columns of a sink, decided on the driver."""
@@ -50,24 +74,10 @@ class SinkTarget:
     timeout_s: float = 60.0
 
     def producer_config(self, **overrides: object) -> dict[str, object]:
-        return {
-            # Java's default partitioner: keyed rows land where a Java producer puts them
-            "partitioner": "murmur2_random",
-            "linger.ms": 5,
-            **_QUICK_CONNECT,
-            **self.client,
-            **overrides,
-        }
+        return producer_config(self.client, **overrides)
 
     def consumer_config(self, **overrides: object) -> dict[str, object]:
-        base = {k: v for k, v in self.client.items() if k not in _PRODUCER_ONLY}
-        return {
-            **_QUICK_CONNECT,
-            **base,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            **overrides,
-        }
+        return consumer_config(self.client, **overrides)
 
 
 @dataclass(frozen=True)

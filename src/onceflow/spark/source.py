@@ -167,8 +167,12 @@ class OnceflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stop = from_spark_json(end)
         new = [tp for tp in stop if tp not in begin]
         begin.update(self.lookup.earliest(new))
-        ranges = plan_ranges(begin, stop, self.options.min_partitions)
-        return _to_partitions(self.options, ranges)
+        return _to_partitions(self.options, self.plan(begin, stop))
+
+    def plan(self, begin: PartitionOffsets, stop: PartitionOffsets) -> list[OffsetRange]:
+        """The ranges a micro-batch reads, from its start and end offsets (a hook: the mirror
+        starts each partition where the target cluster says)."""
+        return plan_ranges(begin, stop, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)

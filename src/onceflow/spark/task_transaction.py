@@ -84,98 +84,100 @@ def done_mark_group(prefix: str, partition: int) -> str:
     return f"onceflow-sink.{prefix}.{partition}"
 
 
-def _fenced(exc: KafkaException) -> bool:
+def fenced(exc: KafkaException) -> bool:
+    """The error says a newer producer with the same transactional.id took over."""
     error = exc.args[0] if exc.args else None
     return isinstance(error, KafkaError) and error.code() in _FENCED
 
 
-class TaskTransaction:
-    """The steps of one exactly-once write task; `write_exactly_once` runs them in order.
+def fencing_producer(
+    config: dict[str, object], transactional_id: str, topic: str, timeout: float
+) -> Producer:
+    """A transactional producer after `init_transactions()`: every earlier producer of
+    `transactional_id` is fenced and what it left open is completed or aborted."""
+    producer = Producer(
+        {
+            **config,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": int(timeout * 1000),
+            # delivery failures surface in commit_transaction(); skip per-record reports
+            "delivery.report.only.error": True,
+        }
+    )
+    # Metadata twice: the second answer comes from a broker the cluster advertises (not the
+    # bootstrap address), so init_transactions() finds a connection up instead of waiting
+    # out librdkafka's 500 ms retry timer.
+    for _ in range(2):
+        producer.list_topics(topic, timeout=timeout)
+    try:
+        producer.init_transactions(timeout)
+    except KafkaException as exc:
+        if fenced(exc):
+            raise TaskFencedError(f"{transactional_id}: fenced during init") from exc
+        raise
+    return producer
 
-    open() fences and reads the mark; produce() opens the transaction on first use; commit()
-    adds the mark and commits. Tests drive the steps of two attempts by hand to interleave them.
+
+def committed_offset(
+    config: dict[str, object], tp: TopicPartition, timeout: float
+) -> tuple[Consumer, int]:
+    """The committed offset of `tp` for the group of `config` (read_committed: it waits out a
+    transaction still completing), and the (cached) consumer whose group metadata commits."""
+    config = {**config, "isolation.level": "read_committed"}
+    reader = mark_reader(config)
+    try:
+        (committed,) = reader.committed([tp], timeout=timeout)
+    except KafkaException:
+        discard(config)
+        raise
+    if committed.error is not None:
+        discard(config)
+        raise DoneMarkError(f"{config.get('group.id')}: {committed.error}")
+    return reader, committed.offset
+
+
+class OffsetsTransaction:
+    """One transaction of records and a consumer-group offset, by a fencing producer: the
+    steps the sink's tasks (done-marks) and the mirror's (source positions) share.
+
+    fence() bumps the epoch of the transactional id; read_offset() then reads the group's
+    offset, stable from now on; begin() opens the transaction on first use; commit_with() adds
+    the new offset and commits.
     """
 
-    def __init__(
-        self, target: SinkTarget, prefix: str, partition: int, batch_id: int, mark_topic: str
-    ) -> None:
-        self.target = target
-        self.partition = partition
-        self.batch_id = batch_id
-        self.mark_topic = mark_topic
-        self.transactional_id = transactional_id(prefix, partition)
-        self.group = done_mark_group(prefix, partition)
-        self.rows = 0
+    def __init__(self, transactional_id: str, timeout_s: float) -> None:
+        self.transactional_id = transactional_id
+        self.timeout_s = timeout_s
         self._producer: Producer | None = None
-        self._marks: Consumer | None = None
+        self._group: Consumer | None = None
         self._open = False
 
-    def open(self) -> DoneMark | None:
-        """Fence earlier attempts of this task, then read its done-mark (stable from now on)."""
-        timeout = self.target.timeout_s
-        self._producer = Producer(
-            self.target.producer_config(
-                **{
-                    "transactional.id": self.transactional_id,
-                    "transaction.timeout.ms": int(timeout * 1000),
-                    # delivery failures surface in commit_transaction(); skip per-record reports
-                    "delivery.report.only.error": True,
-                }
-            )
+    def fence(self, producer_config: dict[str, object], topic: str) -> None:
+        self._producer = fencing_producer(
+            producer_config, self.transactional_id, topic, self.timeout_s
         )
-        # Metadata twice: the second answer comes from a broker the cluster advertises (not the
-        # bootstrap address), so init_transactions() finds a connection up instead of waiting
-        # out librdkafka's 500 ms retry timer.
-        for _ in range(2):
-            self._producer.list_topics(self.mark_topic, timeout=timeout)
-        try:
-            self._producer.init_transactions(timeout)
-        except KafkaException as exc:
-            if _fenced(exc):
-                raise TaskFencedError(f"{self.transactional_id}: fenced during init") from exc
-            raise
-        return self.read_mark()
 
-    def read_mark(self) -> DoneMark | None:
-        config = self.target.consumer_config(
-            **{"group.id": self.group, "isolation.level": "read_committed"}
-        )
-        self._marks = mark_reader(config)
-        try:
-            (committed,) = self._marks.committed(
-                [TopicPartition(self.mark_topic, 0)], timeout=self.target.timeout_s
-            )
-        except KafkaException:
-            discard(config)
-            raise
-        if committed.error is not None:
-            discard(config)
-            raise DoneMarkError(f"{self.group}: {committed.error}")
-        return DoneMark.from_offset(committed.offset)
+    def read_offset(self, consumer_config: dict[str, object], tp: TopicPartition) -> int:
+        self._group, offset = committed_offset(consumer_config, tp, self.timeout_s)
+        return offset
 
-    def produce(self, batch: pa.RecordBatch) -> int:
-        assert self._producer is not None, "open() first"
+    def begin(self) -> Producer:
+        assert self._producer is not None, "fence() first"
         if not self._open:
             self._producer.begin_transaction()
             self._open = True
-        n = produce_batch(self._producer, batch, self.target.columns, self.target.topic)
-        self.rows += n
-        return n
+        return self._producer
 
-    def commit(self, position: int) -> None:
-        """Commit the rows with the mark "the first `position` rows of this batch are done"."""
-        assert self._producer is not None and self._marks is not None and self._open
-        timeout = self.target.timeout_s
-        offset = DoneMark(self.batch_id, position).to_offset()
+    def commit_with(self, offset: TopicPartition) -> None:
+        """Commit the records with `offset` for the group read by read_offset()."""
+        assert self._producer is not None and self._group is not None and self._open
         try:
             self._producer.send_offsets_to_transaction(
-                [TopicPartition(self.mark_topic, 0, offset)],
-                self._marks.consumer_group_metadata(),
-                timeout,
+                [offset], self._group.consumer_group_metadata(), self.timeout_s
             )
-            self._producer.commit_transaction(timeout)
+            self._producer.commit_transaction(self.timeout_s)
         except KafkaException as exc:
-            if _fenced(exc):
+            if fenced(exc):
                 raise TaskFencedError(
                     f"{self.transactional_id}: fenced by a newer attempt before commit"
                 ) from exc
@@ -188,15 +190,56 @@ class TaskTransaction:
             return
         self._open = False
         try:
-            self._producer.abort_transaction(self.target.timeout_s)
+            self._producer.abort_transaction(self.timeout_s)
         except KafkaException as exc:
             log.warning(
                 "%s: abort failed (%s); the next attempt fences it", self.transactional_id, exc
             )
 
     def close(self) -> None:
-        self._marks = None  # shared with later tasks of this worker (mark_readers)
+        self._group = None  # shared with later tasks of this worker (mark_readers)
         self._producer = None
+
+
+class TaskTransaction(OffsetsTransaction):
+    """The steps of one exactly-once write task; `write_exactly_once` runs them in order.
+
+    open() fences and reads the mark; produce() opens the transaction on first use; commit()
+    adds the mark and commits. Tests drive the steps of two attempts by hand to interleave them.
+    """
+
+    def __init__(
+        self, target: SinkTarget, prefix: str, partition: int, batch_id: int, mark_topic: str
+    ) -> None:
+        super().__init__(transactional_id(prefix, partition), target.timeout_s)
+        self.target = target
+        self.partition = partition
+        self.batch_id = batch_id
+        self.mark_topic = mark_topic
+        self.group = done_mark_group(prefix, partition)
+        self.rows = 0
+
+    def open(self) -> DoneMark | None:
+        """Fence earlier attempts of this task, then read its done-mark (stable from now on)."""
+        self.fence(self.target.producer_config(), self.mark_topic)
+        return self.read_mark()
+
+    def read_mark(self) -> DoneMark | None:
+        offset = self.read_offset(
+            self.target.consumer_config(**{"group.id": self.group}),
+            TopicPartition(self.mark_topic, 0),
+        )
+        return DoneMark.from_offset(offset)
+
+    def produce(self, batch: pa.RecordBatch) -> int:
+        n = produce_batch(self.begin(), batch, self.target.columns, self.target.topic)
+        self.rows += n
+        return n
+
+    def commit(self, position: int) -> None:
+        """Commit the rows with the mark "the first `position` rows of this batch are done"."""
+        offset = DoneMark(self.batch_id, position).to_offset()
+        self.commit_with(TopicPartition(self.mark_topic, 0, offset))
 
 
 def write_exactly_once(

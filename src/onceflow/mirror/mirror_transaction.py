@@ -1,0 +1,187 @@
+"""One mirror write task: per source partition, one Kafka transaction on the target holding
+the records and the mirror's new position in the source (KIP-656).
+
+The position plays the part of the sink's done-mark, but it is a source offset, not a
+(Spark batch id, row count): it means the same thing whatever Spark batch re-runs it, and
+without any checkpoint at all. After `init_transactions()` (which fences any earlier attempt
+and completes or aborts what it left open) the task reads the position; rows below it are
+already in the target and are skipped, the rest are written with the new position.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import KafkaError, Producer, TopicPartition
+
+from onceflow.mirror.positions import mirror_group, mirror_transactional_id
+from onceflow.mirror.replication_policy import ReplicationPolicy
+from onceflow.spark.at_least_once import DeliveryError
+from onceflow.spark.sink_columns import produce_when_room
+from onceflow.spark.sink_target import consumer_config, producer_config
+from onceflow.spark.task_transaction import OffsetsTransaction
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MirrorTarget:
+    """What every mirror write task needs; decided on the driver, pickled to executors."""
+
+    client: dict[str, str]
+    policy: ReplicationPolicy
+    exactly_once: bool = True
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class PartitionOutcome:
+    topic: str
+    partition: int
+    rows: int
+    skipped: int
+
+
+class MirrorTransaction(OffsetsTransaction):
+    """The transaction of one source partition: open(), produce() runs of its rows, commit()."""
+
+    def __init__(self, target: MirrorTarget, source_topic: str, partition: int) -> None:
+        topic = target.policy.target_topic(source_topic)
+        super().__init__(
+            mirror_transactional_id(target.policy.alias, topic, partition), target.timeout_s
+        )
+        self.target = target
+        self.source_topic = source_topic
+        self.topic = topic
+        self.partition = partition
+        self.rows = 0
+        self.skipped = 0
+        self.next_offset = -1
+
+    def open(self) -> int:
+        """Fence earlier attempts, then read the position (stable from now on); -1 for none."""
+        self.fence(producer_config(self.target.client), self.topic)
+        group = {"group.id": mirror_group(self.target.policy.alias)}
+        return self.read_offset(
+            consumer_config(self.target.client, **group),
+            TopicPartition(self.topic, self.partition),
+        )
+
+    def produce(self, batch: pa.RecordBatch, start: int, stop: int) -> None:
+        """Rows [start, stop) of `batch` (all of this partition, not yet in the target)."""
+        produce_rows(self.begin(), batch.slice(start, stop - start), self.topic, self.partition)
+        self.rows += stop - start
+        self.next_offset = batch.column("offset")[stop - 1].as_py() + 1
+
+    def commit(self) -> None:
+        """Commit the rows with the new position: the offset after the last row written."""
+        if self.rows:
+            self.commit_with(TopicPartition(self.topic, self.partition, self.next_offset))
+
+
+def produce_rows(producer: Any, batch: pa.RecordBatch, topic: str, partition: int) -> None:
+    """Each row as the source had it: same partition, key, value, headers and timestamp."""
+    keys = batch.column("key").to_pylist()
+    values = batch.column("value").to_pylist()
+    # Spark's timestamps are microseconds; Kafka's CreateTime is milliseconds (exact: x1000)
+    stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    names = batch.schema.names
+    headers = batch.column("headers").to_pylist() if "headers" in names else [None] * len(keys)
+    for key, value, stamp, row_headers in zip(keys, values, stamps, headers, strict=True):
+        kwargs: dict[str, Any] = {"partition": partition}
+        if stamp is not None and stamp >= 0:
+            kwargs["timestamp"] = stamp
+        if row_headers:
+            kwargs["headers"] = [(h["key"], h["value"]) for h in row_headers]
+        try:
+            producer.produce(topic, value, key, **kwargs)
+        except BufferError:
+            produce_when_room(producer, topic, value, key, **kwargs)
+    producer.poll(0)
+
+
+def runs(batch: pa.RecordBatch) -> Iterator[tuple[str, int, int, int]]:
+    """(topic, partition, start, stop) of each run of rows of one source partition."""
+    topics = batch.column("topic").to_pylist()
+    partitions = batch.column("partition").to_pylist()
+    start = 0
+    for i in range(1, len(topics) + 1):
+        if i == len(topics) or (topics[i], partitions[i]) != (topics[start], partitions[start]):
+            yield topics[start], partitions[start], start, i
+            start = i
+
+
+def mirror_exactly_once(
+    target: MirrorTarget, batches: Iterable[pa.RecordBatch]
+) -> list[PartitionOutcome]:
+    """Write a task's rows, one transaction per source partition it holds (one, normally: the
+    mirror plans one range per partition and does not shuffle)."""
+    txns: dict[tuple[str, int], tuple[MirrorTransaction, int]] = {}
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            offsets = batch.column("offset").to_pylist()
+            for topic, partition, start, stop in runs(batch):
+                if (topic, partition) not in txns:
+                    txn = MirrorTransaction(target, topic, partition)
+                    txns[(topic, partition)] = (txn, txn.open())
+                txn, position = txns[(topic, partition)]
+                # rows below the target's position were committed by an earlier attempt or run
+                first = next((i for i in range(start, stop) if offsets[i] >= position), stop)
+                txn.skipped += first - start
+                if first < stop:
+                    txn.produce(batch, first, stop)
+        for txn, _ in txns.values():
+            txn.commit()
+    except BaseException:
+        for txn, _ in txns.values():
+            txn.abort()
+        raise
+    finally:
+        for txn, _ in txns.values():
+            txn.close()
+    return [
+        PartitionOutcome(t.source_topic, t.partition, t.rows, t.skipped) for t, _ in txns.values()
+    ]
+
+
+def mirror_at_least_once(
+    target: MirrorTarget, batches: Iterable[pa.RecordBatch]
+) -> list[PartitionOutcome]:
+    """The plain mirror, for comparison: produce and flush; the position lives only in Spark's
+    checkpoint, so a retried task or a lost checkpoint writes records again."""
+    errors: list[KafkaError] = []
+
+    def on_delivery(error: KafkaError | None, _message: object) -> None:
+        if error is not None:
+            errors.append(error)
+
+    producer = Producer(
+        producer_config(
+            target.client,
+            **{"acks": "all", "on_delivery": on_delivery, "delivery.report.only.error": True},
+        )
+    )
+    counts: dict[tuple[str, int], int] = {}
+    for batch in batches:
+        for topic, partition, start, stop in runs(batch):
+            produce_rows(
+                producer,
+                batch.slice(start, stop - start),
+                target.policy.target_topic(topic),
+                partition,
+            )
+            counts[(topic, partition)] = counts.get((topic, partition), 0) + stop - start
+    undelivered = producer.flush(target.timeout_s)
+    if undelivered or errors:
+        raise DeliveryError(
+            f"{undelivered} records undelivered after {target.timeout_s:.0f} s, "
+            f"{len(errors)} failed" + (f" (first: {errors[0]})" if errors else "")
+        )
+    return [PartitionOutcome(t, p, n, 0) for (t, p), n in counts.items()]

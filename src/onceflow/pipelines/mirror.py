@@ -1,0 +1,213 @@
+"""Mirror topics from one cluster to another, exactly once (KIP-656's design, on PySpark).
+
+Topics of the source matching --topics (checked at every trigger: new topics and partitions
+are picked up) are copied record for record: same partition number, key, value, headers and
+timestamp (CreateTime kept), committed data only (read_committed). Target names follow
+MirrorMaker 2's replication policies (`default`: `{alias}.{topic}`, `identity`: unchanged);
+missing target topics are created with the source's partition count and topic configs, and
+partitions added on the source are added on the target.
+
+How exactly-once works across two clusters. A transaction lives in one cluster, so the
+source's offsets cannot be committed in the target's transaction as a consumer group's would
+be. As in MirrorMaker 2 since KIP-656, the *target* holds the source of truth: each write task
+copies one source partition's range in one transaction on the target (transactional.id
+`onceflow-mirror-{alias}.{target topic}.{partition}`, stable across runs, so a new attempt or
+a new run fences the old one) and commits in the same transaction the next source offset to
+copy, as the offset of group `onceflow-mirror-{alias}` for the target partition (Kafka refuses
+offsets for partitions the cluster lacks, and the source topic is not in the target). After
+fencing, the task reads that position and skips the rows below it. The Spark checkpoint only
+speeds things up: without one the source starts each partition at the target's position, and
+the first micro-batch plan of every run rewinds to it, so deleting the checkpoint directory
+loses nothing and repeats nothing.
+
+The sink's done-marks (onceflow.spark.task_transaction) are not used: a mark is a (Spark batch
+id, rows) position that means something only with the checkpoint that numbered the batches; a
+new checkpoint restarts batch ids at 0, and the marks would then skip or repeat records. The
+mirror's position is a source offset, meaningful in any run. Both are the same mechanism (a
+transactional group offset committed with the data, read after fencing), and the mirror reuses
+its pieces (the fencing producer, the read_committed offset read); they never share a group.
+
+Run it with `onceflow run mirror ...`, `python -m onceflow.pipelines.mirror ...`, or
+`spark-submit .../onceflow/pipelines/mirror.py ...` on a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from onceflow.cli.options import UsageError, parse_pairs
+from onceflow.librdkafka_log import QUIET
+from onceflow.mirror.data_source import TARGET_PREFIX, MirrorDataSource, mirror_target
+from onceflow.mirror.positions import MirrorPositions
+from onceflow.mirror.progress import MirrorProgress
+from onceflow.mirror.replication_policy import (
+    POLICIES,
+    ReplicationPolicy,
+    ReplicationPolicyError,
+    subscription_pattern,
+)
+from onceflow.pipelines.session import run_until, session
+from onceflow.spark.options import SourceOptions
+from onceflow.spark.topic_offsets import TopicOffsets
+
+_INTERVAL = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*")
+_MS = {"ms": 1, "s": 1000, None: 1000, "m": 60_000, "min": 60_000}
+
+
+class MirrorArgumentError(ValueError):
+    """A --trigger-interval the mirror cannot use."""
+
+
+def trigger_ms(text: str) -> int:
+    """'1s', '500ms', '2m' (or plain seconds) as milliseconds."""
+    match = _INTERVAL.fullmatch(text)
+    if not match:
+        raise MirrorArgumentError(f"--trigger-interval {text!r}: want e.g. 500ms, 1s, 2m")
+    return int(float(match.group(1)) * _MS[match.group(2)])
+
+
+def mirror_options(
+    *,
+    source: str,
+    target: str,
+    topics: str,
+    policy: str = "default",
+    alias: str = "source",
+    max_offsets_per_trigger: int | None = None,
+    source_properties: dict[str, str] | None = None,
+    target_properties: dict[str, str] | None = None,
+    exactly_once: bool = True,
+) -> dict[str, str]:
+    """The `onceflow-mirror` options, for its reader and its writer alike."""
+    ReplicationPolicy(policy, alias)  # fail here, on the driver, with the flag's name
+    options = {
+        **{f"kafka.{k}": v for k, v in (source_properties or {}).items()},
+        "kafka.bootstrap.servers": source,
+        **{f"{TARGET_PREFIX}{k}": v for k, v in (target_properties or {}).items()},
+        f"{TARGET_PREFIX}bootstrap.servers": target,
+        "subscribePattern": subscription_pattern(topics),
+        "startingOffsets": "earliest",
+        "failOnDataLoss": "true",
+        "mirror.alias": alias,
+        "mirror.replicationPolicy": policy,
+        "exactlyOnce": str(exactly_once).lower(),
+    }
+    if max_offsets_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
+    return options
+
+
+def start(
+    spark: SparkSession,
+    *,
+    checkpoint: str,
+    trigger_interval: str | None = None,
+    **mirror: object,
+) -> StreamingQuery:
+    """Start the mirror query (`mirror` are mirror_options' keywords)."""
+    options = mirror_options(**mirror)  # type: ignore[arg-type]
+    spark.dataSource.register(MirrorDataSource)
+    writer = (
+        spark.readStream.format(MirrorDataSource.name())
+        .options(**options)
+        .load()
+        .writeStream.format(MirrorDataSource.name())
+        .options(**options)
+        .option("checkpointLocation", checkpoint)
+        .queryName(f"mirror-{mirror.get('alias', 'source')}")
+    )
+    if trigger_interval:
+        writer = writer.trigger(processingTime=f"{trigger_ms(trigger_interval)} milliseconds")
+    return writer.start()
+
+
+def check_reachable(name: str, bootstrap: str, client: dict[str, str], timeout: float) -> None:
+    """One metadata request, so that a wrong address fails in one line, before Spark starts."""
+    admin = AdminClient({**client, "bootstrap.servers": bootstrap, "logger": QUIET})
+    try:
+        admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise ConnectionError(
+            f"the {name} cluster at {bootstrap} is unreachable ({exc.args[0].str()})"
+        ) from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mirror", description=__doc__.splitlines()[0])
+    p.add_argument("--source-bootstrap-server", required=True)
+    p.add_argument("--target-bootstrap-server", required=True)
+    p.add_argument("--topics", required=True, help="Regex of source topics (matched whole).")
+    p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory.")
+    p.add_argument("--replication-policy", choices=POLICIES, default="default")
+    p.add_argument("--source-alias", default="source")
+    p.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    p.add_argument("--trigger-interval", default=None, help="e.g. 1s, 500ms [as fast as it can]")
+    p.add_argument("--source-property", action="append", default=[], metavar="K=V")
+    p.add_argument("--target-property", action="append", default=[], metavar="K=V")
+    p.add_argument(
+        "--at-least-once", action="store_true", help="Plain producer, no positions: to compare."
+    )
+    p.add_argument("--progress-interval", type=float, default=10.0, help="Seconds [10].")
+    p.add_argument(
+        "--until-caught-up", action="store_true", help="Stop once every record is mirrored."
+    )
+    p.add_argument("--master", default=None, help="Spark master [local[2,4]].")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        source_props = parse_pairs(args.source_property, "--source-property")
+        target_props = parse_pairs(args.target_property, "--target-property")
+        mirror = dict(
+            source=args.source_bootstrap_server,
+            target=args.target_bootstrap_server,
+            topics=args.topics,
+            policy=args.replication_policy,
+            alias=args.source_alias,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+            source_properties=source_props,
+            target_properties=target_props,
+            exactly_once=not args.at_least_once,
+        )
+        options = mirror_options(**mirror)
+        if args.trigger_interval:
+            trigger_ms(args.trigger_interval)
+    except (MirrorArgumentError, ReplicationPolicyError, UsageError) as exc:
+        p.error(str(exc))
+    try:
+        check_reachable("source", args.source_bootstrap_server, source_props, 10.0)
+        check_reachable("target", args.target_bootstrap_server, target_props, 10.0)
+    except ConnectionError as exc:
+        print(f"mirror: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    spark = session(f"onceflow-mirror-{args.source_alias}", args.master)
+    query = start(
+        spark, checkpoint=args.checkpoint, trigger_interval=args.trigger_interval, **mirror
+    )
+    if args.until_caught_up:
+        run_until(query, True)
+        return
+    target = mirror_target(options)
+    progress = MirrorProgress(
+        TopicOffsets(SourceOptions.parse(options, streaming=True)),
+        MirrorPositions(target.client, target.policy, target.timeout_s)
+        if target.exactly_once
+        else None,
+    )
+    while not query.awaitTermination(args.progress_interval):
+        print(progress.line(query.recentProgress), flush=True)
+
+
+if __name__ == "__main__":
+    main()
