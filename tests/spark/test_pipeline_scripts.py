@@ -18,7 +18,7 @@ import onceflow.pipelines
 
 PIPELINES_DIR = Path(onceflow.pipelines.__file__).parent
 ONCEFLOW_DIR = PIPELINES_DIR.parent
-SCRIPTS = ("wordcount.py", "file_transactions.py", "copy_topic.py")
+SCRIPTS = ("wordcount.py", "file_transactions.py", "copy_topic.py", "mirror.py")
 
 
 def test_no_module_of_onceflow_is_named_like_a_standard_library_module() -> None:
