@@ -22,9 +22,9 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.broker.test_hostile_input import WireClient, api_versions, request_frame
-from tests.clients.test_kafka_python import subscribe
+from tests.clients.kafka_python_consumer import subscribe
 from tests.waiting import wait_for
+from tests.wire import WireClient, api_versions, request_frame
 
 PROXY_HOST = "127.0.0.2"
 TOPIC_PARTITIONS = 2

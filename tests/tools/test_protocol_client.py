@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import io
-import logging
 import socket
 import struct
 import threading
@@ -36,7 +35,8 @@ from onceflow.protocol.client import (
 )
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import encode_response, parse_request
-from tests.broker.test_confluent_client import create_topic
+from tests.confluent import create_topic
+from tests.tools.open_transactions import QUIET, dead_address, last_stable_offset, open_transaction
 from tests.waiting import wait_for
 
 LIST_OFFSETS = 2
@@ -46,78 +46,6 @@ DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 READ_COMMITTED = 1
 LATEST = -1
-
-QUIET = logging.getLogger("tests.tools.librdkafka")
-QUIET.addHandler(logging.NullHandler())
-QUIET.propagate = False
-
-
-# --- shared helpers (the CLI tests use them too) ------------------------------------------------
-
-
-def open_transaction(
-    bootstrap: str, transactional_id: str, topic: str, values: dict[int, list[bytes]]
-) -> Producer:
-    """A confluent-kafka transactional producer left with an open transaction holding `values`
-    (per partition), every record acknowledged."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": transactional_id,
-            # Long enough that the broker's timeout never aborts it during a test.
-            "transaction.timeout.ms": 300_000,
-            "logger": QUIET,
-        }
-    )
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for partition, records in values.items():
-        for value in records:
-            producer.produce(topic, value=value, partition=partition)
-    assert producer.flush(30) == 0
-    return producer
-
-
-def last_stable_offset(client: KafkaClient, topic: str, partition: int) -> int:
-    """ListOffsets "latest" with read_committed: the partition's last stable offset."""
-
-    def make(cls: type) -> Any:
-        topic_cls = sibling(cls, "ListOffsetsTopic")
-        part_cls = sibling(cls, "ListOffsetsPartition")
-        return build(
-            cls,
-            replica_id=-1,
-            isolation_level=READ_COMMITTED,
-            topics=(
-                build(
-                    topic_cls,
-                    name=topic,
-                    partitions=(
-                        build(
-                            part_cls,
-                            partition_index=partition,
-                            current_leader_epoch=-1,
-                            timestamp=LATEST,
-                            max_num_offsets=1,
-                        ),
-                    ),
-                ),
-            ),
-        )
-
-    response = client.call_leader(topic, partition, LIST_OFFSETS, make, min_version=2)
-    answer = response.topics[0].partitions[0]
-    assert answer.error_code == ErrorCode.none
-    return answer.offset
-
-
-def dead_address() -> str:
-    """An address nobody listens on (a port just released by the kernel)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"127.0.0.1:{port}"
-
 
 # --- fixtures -----------------------------------------------------------------------------------
 
@@ -193,6 +121,22 @@ def test_metadata_leaders_and_coordinator(
         client.leader(topic_name, 3)
 
 
+def active_producers(client: KafkaClient, topic: str, partition: int) -> tuple[Any, ...]:
+    """DescribeProducers of one partition, sent to its leader: the active producers' states."""
+    response = client.call_leader(
+        topic,
+        partition,
+        DESCRIBE_PRODUCERS,
+        lambda cls: build(
+            cls,
+            topics=(
+                build(sibling(cls, "TopicRequest"), name=topic, partition_indexes=(partition,)),
+            ),
+        ),
+    )
+    return response.topics[0].partitions[0].active_producers
+
+
 def test_transaction_admin_apis_answer_typed_entities(
     client: KafkaClient, bootstrap: str, topic_name: str
 ) -> None:
@@ -232,18 +176,7 @@ def test_transaction_admin_apis_answer_typed_entities(
         states = [s for _, r in listed.responses for s in r.transaction_states]
         assert [(s.transactional_id, s.transaction_state) for s in states] == [(txn_id, "Ongoing")]
 
-        producers = client.call_leader(
-            topic_name,
-            0,
-            DESCRIBE_PRODUCERS,
-            lambda cls: build(
-                cls,
-                topics=(
-                    build(sibling(cls, "TopicRequest"), name=topic_name, partition_indexes=(0,)),
-                ),
-            ),
-        )
-        (state,) = producers.topics[0].partitions[0].active_producers
+        (state,) = active_producers(client, topic_name, 0)
         assert (state.producer_id, state.producer_epoch) == (ours.producer_id, ours.producer_epoch)
         assert state.current_txn_start_offset == 0
         assert state.last_sequence == 1
@@ -312,18 +245,7 @@ def test_write_txn_markers_aborts_an_open_transaction_and_moves_the_lso(
         assert errors == {0: ErrorCode.none, 7: ErrorCode.unknown_topic_or_partition}
         # The marker is durable before the answer: three records and the marker are stable.
         assert last_stable_offset(client, topic_name, 0) == 4
-        producers = client.call_leader(
-            topic_name,
-            0,
-            DESCRIBE_PRODUCERS,
-            lambda cls: build(
-                cls,
-                topics=(
-                    build(sibling(cls, "TopicRequest"), name=topic_name, partition_indexes=(0,)),
-                ),
-            ),
-        )
-        (state,) = producers.topics[0].partitions[0].active_producers
+        (state,) = active_producers(client, topic_name, 0)
         assert state.current_txn_start_offset == -1
     finally:
         producer.abort_transaction(30)
