@@ -270,7 +270,7 @@ import sys
 from kafka import KafkaConsumer
 c = KafkaConsumer(bootstrap_servers=sys.argv[1], group_id=sys.argv[2],
                   session_timeout_ms=6000, heartbeat_interval_ms=200)
-assert c.partitions_for_topic(sys.argv[3])  # see subscribe() in the test module
+assert c.partitions_for_topic(sys.argv[3])  # see subscribe() in kafka_python_consumer.py
 c.subscribe([sys.argv[3]])
 while not c.assignment():
     c.poll(50)
