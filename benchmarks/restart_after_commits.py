@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 from kio.serial import entity_writer
+from tests.admin_requests import fetch_committed_offset
 from tests.broker.offset_commits import offset_commit_request
-from tests.broker.test_confluent_client import create_topic
-from tests.eos.conftest import fetch_committed_offset
+from tests.confluent import create_topic
 
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.broker.log_cleaner import CHECKPOINT_FILE, read_checkpoints

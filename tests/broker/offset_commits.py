@@ -15,7 +15,7 @@ from kio.schema.offset_commit.v2.request import (
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64, i64Timedelta
 
-from tests.eos.conftest import KafkaWire
+from onceflow.protocol.client import BrokerConnection
 
 _BROKER_DEFAULT_RETENTION = i64Timedelta.parse(datetime.timedelta(milliseconds=-1))
 
@@ -38,8 +38,10 @@ def offset_commit_request(
     )
 
 
-def commit(wire: KafkaWire, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+def commit(
+    connection: BrokerConnection, group: str, topic: str, offsets: Mapping[int, int]
+) -> None:
     """One OffsetCommit, which must succeed for every partition."""
-    response = wire.call(offset_commit_request(group, topic, offsets))
+    response = connection.send(offset_commit_request(group, topic, offsets))
     errors = {p.error_code for t in response.topics for p in t.partitions}
     assert errors == {ErrorCode.none}, errors

@@ -18,7 +18,7 @@ from confluent_kafka.admin import (
 )
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.broker.test_confluent_client import consume_all, create_topic
+from tests.confluent import Deliveries, consume_all, create_topic
 from tests.waiting import wait_for
 
 MakeBroker = Callable[..., EmbeddedBroker]
@@ -257,22 +257,14 @@ def test_changes_apply_to_the_live_partitions(make_broker: MakeBroker) -> None:
 
 def test_compacted_topic_refuses_keyless_records(bootstrap: str, topic_name: str) -> None:
     create_topic(bootstrap, topic_name, **{"cleanup.policy": "compact"})
-    errors: list[KafkaError] = []
-    delivered: list[int] = []
-
-    def on_delivery(err: KafkaError | None, msg: object) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            delivered.append(msg.offset())  # type: ignore[attr-defined]
-
+    deliveries = Deliveries()
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
-    producer.produce(topic_name, key=b"k", value=b"kept", on_delivery=on_delivery)
+    producer.produce(topic_name, key=b"k", value=b"kept", on_delivery=deliveries)
     producer.flush(TIMEOUT)
-    producer.produce(topic_name, value=b"keyless", on_delivery=on_delivery)
+    producer.produce(topic_name, value=b"keyless", on_delivery=deliveries)
     producer.flush(TIMEOUT)
-    assert delivered == [0]
-    [error] = errors
+    assert [offset for _, _, offset, _ in deliveries.acked] == [0]
+    [(_, error)] = deliveries.failed
     assert error.code() == KafkaError.INVALID_RECORD
     # nothing of the refused batch was appended
     [msg] = consume_all(bootstrap, topic_name, 1, timeout=10)

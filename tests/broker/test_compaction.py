@@ -23,8 +23,8 @@ from kio.static.primitive import i16, i32, i32Timedelta
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.broker.faults import POINTS
 from onceflow.records.builder import build_batch
-from tests.broker.test_confluent_client import create_topic
-from tests.eos.conftest import KafkaWire, init_producer_id
+from tests.admin_requests import call, init_producer_id
+from tests.confluent import create_topic
 from tests.waiting import wait_for
 
 BROKER_SETTINGS = {"log.cleaner.backoff.ms": "50", "group.initial.rebalance.delay.ms": "0"}
@@ -245,8 +245,7 @@ def _producers(bootstrap: str, topic: str) -> list[tuple[int, int, int]]:
     request = DescribeProducersRequest(
         topics=(TopicRequest(name=TopicName(topic), partition_indexes=(i32(0),)),)
     )
-    with KafkaWire(bootstrap) as wire:
-        response = wire.call(request)
+    response = call(bootstrap, request)
     [partition] = response.topics[0].partitions
     assert partition.error_code == ErrorCode.none
     return sorted(
@@ -275,8 +274,7 @@ def _produce_keyed(
             ),
         ),
     )
-    with KafkaWire(bootstrap) as wire:
-        response = wire.call(request)
+    response = call(bootstrap, request)
     [part] = response.responses[0].partition_responses
     return part.error_code, part.base_offset
 

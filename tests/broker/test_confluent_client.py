@@ -2,63 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
 
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1, **configs: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config=configs)])
-    futures[name].result(timeout=10)
-
-
-def produce(
-    bootstrap: str, topic: str, values: list[bytes], **conf: object
-) -> list[tuple[int, int]]:
-    """Produce and return (partition, offset) of each delivered record, failing on any error."""
-    delivered: list[tuple[int, int]] = []
-    errors: list[KafkaError] = []
-
-    def on_delivery(err: KafkaError | None, msg: object) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            delivered.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **conf})
-    for i, value in enumerate(values):
-        producer.produce(topic, value=value, key=str(i).encode(), on_delivery=on_delivery)
-    assert producer.flush(30) == 0
-    assert errors == []
-    return delivered
-
-
-def consume_all(
-    bootstrap: str, topic: str, partitions: int, timeout: float = 30, **conf: object
-) -> list[object]:
-    """Every record below the high watermarks as they are when called, in partition order."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False, **conf}
-    )
-    ends = {
-        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-        for p in range(partitions)
-    }
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[object] = []
-    position = dict.fromkeys(range(partitions), 0)
-    deadline = time.monotonic() + timeout
-    while any(position[p] < ends[p] for p in ends):
-        assert time.monotonic() < deadline, f"read up to {position}, wanted {ends}"
-        for msg in consumer.consume(1000, timeout=0.5):
-            assert msg.error() is None, msg.error()
-            out.append(msg)
-            position[msg.partition()] = msg.offset() + 1
-    consumer.close()
-    return out
+from tests.confluent import consume_all, create_topic, produce
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.broker.test_confluent_client import consume_all, create_topic
+from tests.confluent import consume_all, create_topic
 from tests.waiting import wait_for
 
 

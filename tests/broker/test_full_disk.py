@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, Producer
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.broker.storage_failure import HALT_EXIT_CODE
 from onceflow.log.full_disk import FULL_DISK_ENV
-from tests.broker.test_confluent_client import consume_all, create_topic
+from tests.confluent import consume_all, create_topic
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> list[KafkaError | None]:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.broker.test_confluent_client import create_topic
+from tests.child_consumer import assigned_child
+from tests.confluent import create_topic
 from tests.waiting import wait_for
 
 
@@ -63,14 +61,7 @@ def test_a_killed_member_is_evicted_after_its_session_timeout(
 ) -> None:
     create_topic(bootstrap, topic_name, partitions=2)
     group = f"g-{topic_name}"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD_CONSUMER, bootstrap, group, topic_name],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "assigned"
+    with assigned_child(CHILD_CONSUMER, bootstrap, group, topic_name) as child:
         a = consumer(bootstrap, group)
         a.subscribe([topic_name])
         wait_for(lambda: len(a.assignment()) == 1, 30, poll=lambda: a.poll(0.1))
@@ -78,9 +69,19 @@ def test_a_killed_member_is_evicted_after_its_session_timeout(
         child.wait()
         wait_for(lambda: len(a.assignment()) == 2, 30, poll=lambda: a.poll(0.1))
         a.close()
-    finally:
-        child.kill()
-        child.wait()
+
+
+def consume_values(c: Consumer, count: int) -> list[bytes]:
+    """The values of the next `count` records the consumer is given."""
+    values: list[bytes] = []
+    wait_for(
+        lambda: len(values) >= count,
+        30,
+        poll=lambda: values.extend(
+            m.value() for m in c.consume(count - len(values), 0.2) if m.error() is None
+        ),
+    )
+    return values
 
 
 def test_committed_offsets_resume_a_restarted_consumer(bootstrap: str, topic_name: str) -> None:
@@ -92,25 +93,13 @@ def test_committed_offsets_resume_a_restarted_consumer(bootstrap: str, topic_nam
     group = f"g-{topic_name}"
     c = consumer(bootstrap, group)
     c.subscribe([topic_name])
-    seen: list[bytes] = []
-    wait_for(
-        lambda: len(seen) >= 40,
-        30,
-        poll=lambda: seen.extend(
-            m.value() for m in c.consume(40 - len(seen), 0.2) if m.error() is None
-        ),
-    )
+    seen = consume_values(c, 40)
     c.commit(asynchronous=False)
     committed = c.committed([TopicPartition(topic_name, 0)], timeout=10)
     assert committed[0].offset == 40
     c.close()
     d = consumer(bootstrap, group)
     d.subscribe([topic_name])
-    rest: list[bytes] = []
-    wait_for(
-        lambda: len(rest) >= 60,
-        30,
-        poll=lambda: rest.extend(m.value() for m in d.consume(100, 0.2) if m.error() is None),
-    )
+    rest = consume_values(d, 60)
     assert seen + rest == [str(i).encode() for i in range(100)]
     d.close()

@@ -7,6 +7,7 @@ older broker mid-rewrite still loads."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,15 +22,10 @@ from onceflow.broker.log_cleaner import CHECKPOINT_FILE, read_checkpoints
 from onceflow.log.segment import LOG_SUFFIX
 from onceflow.records.batch import iter_batches
 from onceflow.txn.coordinator import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from tests.admin_requests import connect, describe_transactions, end_txn, fetch_committed_offset
 from tests.broker.offset_commits import commit
-from tests.broker.test_compaction import wait_for
-from tests.broker.test_confluent_client import create_topic
-from tests.eos.conftest import (
-    KafkaWire,
-    describe_transactions,
-    fetch_committed_offset,
-    transactional_producer,
-)
+from tests.confluent import create_topic, transactional_producer
+from tests.waiting import wait_for
 
 SEGMENT_BYTES = "4096"
 SETTINGS = {
@@ -64,12 +60,21 @@ def data_records(directory: Path, below: int | None = None) -> list[tuple[int, i
 
 def commit_rounds(bootstrap: str, rounds: int, start: int = 0) -> dict[tuple[str, int], int]:
     """`rounds` commits of both partitions by every group; the last offset of each."""
-    with KafkaWire(bootstrap) as wire:
+    with connect(bootstrap) as connection:
         for n in range(start, start + rounds):
             for group in GROUPS:
-                commit(wire, group, TOPIC, {0: n, 1: n + 1})
+                commit(connection, group, TOPIC, {0: n, 1: n + 1})
     last = start + rounds - 1
     return {(g, p): last + p for g in GROUPS for p in (0, 1)}
+
+
+def broker_with_topic(
+    make_broker: Callable[..., EmbeddedBroker], data: Path, settings: dict[str, str]
+) -> EmbeddedBroker:
+    """A broker of the test's own on `data`, with TOPIC's two partitions to commit offsets of."""
+    broker = make_broker(data, settings=settings)
+    create_topic(broker.bootstrap, TOPIC, 2)
+    return broker
 
 
 def committed(bootstrap: str, group: str, partitions: int = 2) -> list[int]:
@@ -85,8 +90,7 @@ def test_the_offsets_log_is_compacted_while_running_and_loads_after_kill_9(
     make_broker: Callable[..., EmbeddedBroker], tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    broker = make_broker(data, settings=SETTINGS)
-    create_topic(broker.bootstrap, TOPIC, 2)
+    broker = broker_with_topic(make_broker, data, SETTINGS)
     rounds = 300
     last = commit_rounds(broker.bootstrap, rounds)
     written = 2 * len(GROUPS) * rounds
@@ -130,26 +134,32 @@ class History:
     aborted transactional commits, then one transaction left open with more commits after it."""
 
     def __init__(self, bootstrap: str) -> None:
-        create_topic(bootstrap, TOPIC, 2)
         self.plain = commit_rounds(bootstrap, 100)
         committer = transactional_producer(bootstrap, "tx-commit")
         aborter = transactional_producer(bootstrap, "tx-abort")
-        with KafkaWire(bootstrap) as wire:
-            commit(wire, "ga", TOPIC, {0: 5, 1: 5})
+        with connect(bootstrap) as connection:
+            commit(connection, "ga", TOPIC, {0: 5, 1: 5})
         for n in range(15):
             send_offsets(bootstrap, committer, "gt", {0: 100 + n, 1: 200 + n}, commit=True)
             send_offsets(bootstrap, aborter, "ga", {0: 1000 + n, 1: 2000 + n}, commit=False)
             aborter.abort_transaction(30)
         self.plain = commit_rounds(bootstrap, 100, start=100)
-        # open across every restart of the test: far from transaction.timeout.ms
-        self.open_producer = transactional_producer(
-            bootstrap, "tx-open", **{"transaction.timeout.ms": 600_000}
+        # open across every restart of every test of the module: Kafka's longest timeout
+        open_producer = transactional_producer(
+            bootstrap, "tx-open", **{"transaction.timeout.ms": 900_000}
         )
-        send_offsets(bootstrap, self.open_producer, "go", {0: 777, 1: 778}, commit=False)
+        send_offsets(bootstrap, open_producer, "go", {0: 777, 1: 778}, commit=False)
         self.plain = commit_rounds(bootstrap, 100, start=200)
         self.txns = describe_transactions(bootstrap, TXN_IDS)
         assert self.txns["tx-open"].transaction_state == "Ongoing"
         assert self.txns["tx-abort"].transaction_state == "CompleteAbort"
+
+    def commit_the_open_transaction(self, bootstrap: str) -> None:
+        """EndTxn as its producer would send it (the producer itself stayed with the broker
+        that wrote the history: each test restarts a copy of its data directory)."""
+        state = self.txns["tx-open"]
+        commit = end_txn(bootstrap, "tx-open", state.producer_id, state.producer_epoch, True)
+        assert commit == ErrorCode.none
 
     def check(self, bootstrap: str) -> None:
         """Every committed offset, the aborted ones absent, the open transaction's pending,
@@ -175,18 +185,31 @@ def both_logs_cleaned(data: Path) -> bool:
 CRASH_POINTS = sorted(p for p in POINTS if p.startswith("cleaner."))
 
 
+@pytest.fixture(scope="module")
+def written_history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, History]:
+    """The History written once, with the cleaner off, by a broker killed -9 afterwards: each
+    crash point's test starts a broker on a copy of its data directory."""
+    data = tmp_path_factory.mktemp("history") / "data"
+    broker = EmbeddedBroker(data, settings=NO_CLEANER).start()
+    try:
+        create_topic(broker.bootstrap, TOPIC, 2)
+        history = History(broker.bootstrap)
+    finally:
+        broker.kill()
+    return data, history
+
+
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_kill_9_mid_clean_of_the_internal_logs_restores_offsets_and_transactions(
-    make_broker: Callable[..., EmbeddedBroker], tmp_path: Path, point: str
+    make_broker: Callable[..., EmbeddedBroker],
+    tmp_path: Path,
+    point: str,
+    written_history: tuple[Path, History],
 ) -> None:
     data = tmp_path / "data"
-    broker = make_broker(data, settings=NO_CLEANER)
-    history = History(broker.bootstrap)
-    broker.kill()
-
-    broker.settings = SETTINGS
-    broker.env = {"ONCEFLOW_CRASH_AT": point}
-    broker.restart()
+    shutil.copytree(written_history[0], data)
+    history = written_history[1]
+    broker = make_broker(data, settings=SETTINGS, env={"ONCEFLOW_CRASH_AT": point})
     wait_for(lambda: broker.process.poll() is not None, what=f"the crash at {point}")
 
     broker.settings, broker.env = NO_CLEANER, {}
@@ -202,7 +225,7 @@ def test_kill_9_mid_clean_of_the_internal_logs_restores_offsets_and_transactions
     history.check(broker.bootstrap)
 
     # The open transaction's offsets survived the cleans: committing makes them visible.
-    history.open_producer.commit_transaction(30)
+    history.commit_the_open_transaction(broker.bootstrap)
     assert committed(broker.bootstrap, "go") == [777, 778]
     assert committed(broker.bootstrap, "ga") == [5, 5]
 
@@ -211,8 +234,7 @@ def test_an_aborted_transactions_offset_commits_are_removed_by_the_clean(
     make_broker: Callable[..., EmbeddedBroker], tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    broker = make_broker(data, settings=NO_CLEANER)
-    create_topic(broker.bootstrap, TOPIC, 2)
+    broker = broker_with_topic(make_broker, data, NO_CLEANER)
     aborter = transactional_producer(broker.bootstrap, "tx-abort")
     for n in range(20):
         send_offsets(broker.bootstrap, aborter, "ga", {0: 1000 + n, 1: 2000 + n}, commit=False)
@@ -239,8 +261,7 @@ def test_an_interrupted_rewrite_left_by_an_older_broker_is_finished_or_dropped(
     """An older broker rewrote these logs at start through `<log>.rewritten` and
     `<log>.replaced`: killed between its two renames, the new log takes the old one's place."""
     data = tmp_path / "data"
-    broker = make_broker(data, settings=NO_CLEANER)
-    create_topic(broker.bootstrap, TOPIC, 2)
+    broker = broker_with_topic(make_broker, data, NO_CLEANER)
     last = commit_rounds(broker.bootstrap, 5)
     broker.stop()
     offsets = data / OFFSETS_DIR

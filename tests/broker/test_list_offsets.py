@@ -18,7 +18,7 @@ from onceflow.records import walker
 from onceflow.records.batch import iter_batches
 from onceflow.records.builder import build_batch
 from onceflow.records.varint import encode_varint
-from tests.records.conftest import frame_batch
+from tests.records.batch_frames import frame_batch
 
 T0 = 1_700_000_000_000
 

@@ -16,8 +16,8 @@ from aiokafka.errors import CommitFailedError
 from aiokafka.structs import OffsetAndMetadata
 
 from onceflow.protocol.api_key import ApiKey
-from tests.broker.test_hostile_input import api_versions
-from tests.clients.test_kafka_python import assert_idempotent, stored_codecs
+from tests.clients.stored_batches import assert_idempotent, stored_codecs
+from tests.wire import api_versions
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
@@ -97,6 +97,19 @@ async def drain(
     return {p: [v for _, v in records] for p, records in got.items()}
 
 
+async def read_assigned(
+    bootstrap: str, topic: str, partitions: int, total: int
+) -> dict[int, list[bytes]]:
+    """Every record, by assignment (no group), in offset order per partition."""
+    c = consumer(bootstrap)
+    await c.start()
+    try:
+        c.assign([TopicPartition(topic, p) for p in range(partitions)])
+        return await drain(c, {}, total)
+    finally:
+        await c.stop()
+
+
 def test_admin_create_list_describe_delete(bootstrap: str, topic_name: str) -> None:
     async def scenario() -> None:
         admin = await admin_client(bootstrap)
@@ -127,13 +140,7 @@ def test_produce_and_consume_by_assignment_each_codec(
         await create(bootstrap, topic_name, 3)
         sent = await produce(bootstrap, topic_name, 3, 600, compression_type=codec)
         assert stored_codecs(bootstrap, topic_name, 3) == {codec or "none"}
-        c = consumer(bootstrap)
-        await c.start()
-        try:
-            c.assign([TopicPartition(topic_name, p) for p in range(3)])
-            assert await drain(c, {}, 600) == sent
-        finally:
-            await c.stop()
+        assert await read_assigned(bootstrap, topic_name, 3, 600) == sent
 
     run(scenario())
 
@@ -146,13 +153,7 @@ def test_idempotent_producer(bootstrap: str, topic_name: str) -> None:
         await create(bootstrap, topic_name, 2)
         sent = await produce(bootstrap, topic_name, 2, 200, enable_idempotence=True)
         assert_idempotent(bootstrap, topic_name, 2)
-        c = consumer(bootstrap)
-        await c.start()
-        try:
-            c.assign([TopicPartition(topic_name, p) for p in range(2)])
-            assert await drain(c, {}, 200) == sent
-        finally:
-            await c.stop()
+        assert await read_assigned(bootstrap, topic_name, 2, 200) == sent
 
     run(scenario())
 

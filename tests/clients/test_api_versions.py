@@ -23,9 +23,9 @@ from kio.serial import entity_reader
 
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.protocol.api_key import ApiKey
-from tests.broker.test_hostile_input import WireClient, api_versions, request_frame
-from tests.clients.test_kafka_python import subscribe
+from tests.clients.kafka_python_consumer import subscribe
 from tests.waiting import wait_for
+from tests.wire import WireClient, api_versions, request_frame
 
 PROXY_HOST = "127.0.0.2"
 TOPIC_PARTITIONS = 2
@@ -301,7 +301,9 @@ def test_api_versions_of_a_future_version_is_answered_v0_with_the_key_list(
     advertised = api_versions(proxied.broker.bootstrap)
     client = WireClient(proxied.broker.bootstrap)
     # A v99 request with a flexible (v2) header and a body nobody can parse yet.
-    frame = bytearray(request_frame(18, 3, b"\x05hello\x041.0\x00\x00", correlation_id=41))
+    frame = bytearray(
+        request_frame(ApiKey.API_VERSIONS, 3, b"\x05hello\x041.0\x00\x00", correlation_id=41)
+    )
     struct.pack_into(">h", frame, 6, 99)
     client.send_raw(bytes(frame))
     size = struct.unpack(">i", client._read(4))[0]

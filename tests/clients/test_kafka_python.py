@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import datetime
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import cramjam
 import kafka.codec
 import kafka.record.default_records
 import pytest
@@ -20,11 +16,13 @@ from kafka.errors import CommitFailedError
 from kafka.structs import OffsetAndMetadata
 
 from onceflow.protocol.api_key import ApiKey
-from onceflow.records.batch import BatchHeader, iter_batches
-from onceflow.records.compression import CompressionType
-from tests.broker.test_confluent_client import consume_all
-from tests.broker.test_hostile_input import WireClient, api_versions
+from tests.child_consumer import assigned_child
+from tests.clients.kafka_python_consumer import consumer, subscribe
+from tests.clients.stored_batches import assert_idempotent, stored_codecs
+from tests.confluent import consume_all
+from tests.kafka_python_codecs import use_cramjam
 from tests.waiting import wait_for
+from tests.wire import api_versions
 
 
 @pytest.fixture
@@ -36,25 +34,6 @@ def admin(bootstrap: str) -> Iterator[KafkaAdminClient]:
 
 def create(admin: KafkaAdminClient, topic: str, partitions: int) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])
-
-
-def consumer(bootstrap: str, **conf: Any) -> KafkaConsumer:
-    return KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        session_timeout_ms=6000,
-        heartbeat_interval_ms=200,
-        **conf,
-    )
-
-
-def subscribe(c: KafkaConsumer, topic: str) -> None:
-    """Subscribe once the topic's metadata is known. kafka-python 3.0 otherwise races: a first
-    join without the metadata assigns nothing, and the rejoin's assignment is never applied (seen
-    with group.initial.rebalance.delay.ms=0; Kafka's default 3 s delay hides it)."""
-    assert c.partitions_for_topic(topic)
-    c.subscribe([topic])
 
 
 def produce(
@@ -105,61 +84,6 @@ def read_assigned(
     return {p: [v for _, v in records] for p, records in got.items()}
 
 
-def stored_batches(bootstrap: str, topic: str, partitions: int) -> list[BatchHeader]:
-    """The headers of the batches as the broker stores them, fetched raw."""
-    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-
-    wanted = FetchTopic(
-        topic=topic,
-        partitions=tuple(
-            FetchPartition(
-                partition=p,
-                current_leader_epoch=-1,
-                fetch_offset=0,
-                last_fetched_epoch=-1,
-                log_start_offset=-1,
-                partition_max_bytes=1 << 24,
-            )
-            for p in range(partitions)
-        ),
-    )
-    client = WireClient(bootstrap)
-    response = client.call(
-        FetchRequest(
-            cluster_id=None,
-            replica_id=-1,
-            max_wait=datetime.timedelta(0),
-            min_bytes=0,
-            max_bytes=1 << 26,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=(wanted,),
-            forgotten_topics_data=(),
-            rack_id="",
-        )
-    )
-    client.close()
-    return [
-        header
-        for topic_response in response.responses
-        for part in topic_response.partitions
-        for _, header in iter_batches(part.records or b"")
-    ]
-
-
-def stored_codecs(bootstrap: str, topic: str, partitions: int) -> set[str]:
-    headers = stored_batches(bootstrap, topic, partitions)
-    return {CompressionType(h.compression).name.lower() for h in headers}
-
-
-def assert_idempotent(bootstrap: str, topic: str, partitions: int) -> None:
-    """Every stored batch carries a producer id and sequences, as an idempotent producer sends."""
-    headers = stored_batches(bootstrap, topic, partitions)
-    assert headers
-    assert all(h.producer_id >= 0 and h.base_sequence >= 0 for h in headers)
-
-
 # -- admin ----------------------------------------------------------------------------------------
 
 
@@ -177,35 +101,6 @@ def test_admin_create_list_describe_delete(admin: KafkaAdminClient, topic_name: 
 # -- produce with each codec ----------------------------------------------------------------------
 
 
-class _CramjamSnappy:
-    """The two functions kafka-python takes from python-snappy (xerial framing is its own)."""
-
-    @staticmethod
-    def compress(data: bytes) -> bytes:
-        return bytes(cramjam.snappy.compress_raw(data))
-
-    @staticmethod
-    def decompress(data: bytes) -> bytes:
-        return bytes(cramjam.snappy.decompress_raw(data))
-
-
-def _use_cramjam(monkeypatch: pytest.MonkeyPatch, codec: str) -> None:
-    """Back a missing kafka-python codec package with cramjam (which aiokafka uses itself)."""
-    records = kafka.record.default_records
-    if codec == "snappy":
-        monkeypatch.setattr(kafka.codec, "snappy", _CramjamSnappy)
-    elif codec == "lz4":
-        monkeypatch.setattr(kafka.codec, "lz4", cramjam.lz4)  # only tested for presence
-        monkeypatch.setattr(records, "lz4_encode", lambda data: bytes(cramjam.lz4.compress(data)))
-        monkeypatch.setattr(records, "lz4_decode", lambda data: bytes(cramjam.lz4.decompress(data)))
-    elif codec == "zstd":
-        monkeypatch.setattr(kafka.codec, "zstd", cramjam.zstd)  # only tested for presence
-        monkeypatch.setattr(records, "zstd_encode", lambda data: bytes(cramjam.zstd.compress(data)))
-        monkeypatch.setattr(
-            records, "zstd_decode", lambda data: bytes(cramjam.zstd.decompress(data))
-        )
-
-
 @pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
 def test_produce_and_consume_each_codec(
     bootstrap: str,
@@ -215,7 +110,7 @@ def test_produce_and_consume_each_codec(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if codec is not None and not getattr(kafka.codec, f"has_{codec}")():
-        _use_cramjam(monkeypatch, codec)
+        use_cramjam(monkeypatch)
     create(admin, topic_name, 3)
     sent = produce(bootstrap, topic_name, 3, 600, compression_type=codec, enable_idempotence=False)
     assert stored_codecs(bootstrap, topic_name, 3) == {codec or "none"}
@@ -374,7 +269,7 @@ import sys
 from kafka import KafkaConsumer
 c = KafkaConsumer(bootstrap_servers=sys.argv[1], group_id=sys.argv[2],
                   session_timeout_ms=6000, heartbeat_interval_ms=200)
-assert c.partitions_for_topic(sys.argv[3])  # see subscribe() in the test module
+assert c.partitions_for_topic(sys.argv[3])  # see subscribe() in kafka_python_consumer.py
 c.subscribe([sys.argv[3]])
 while not c.assignment():
     c.poll(50)
@@ -389,17 +284,16 @@ def test_a_killed_member_is_evicted_after_its_session_timeout(
 ) -> None:
     create(admin, topic_name, 2)
     group = f"g-{topic_name}"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD_CONSUMER, bootstrap, group, topic_name],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "assigned"
+    with assigned_child(CHILD_CONSUMER, bootstrap, group, topic_name) as child:
         a = consumer(bootstrap, group_id=group)
         subscribe(a, topic_name)
-        wait_for(lambda: len(_partitions(a)) == 1, poll=lambda: a.poll(50))
+        wait_for(
+            lambda: len(_partitions(a)) == 1,
+            30,
+            # at the deadline, what `a` holds: both partitions if the child was evicted first
+            lambda: f"a to hold one partition; it holds {_partitions(a)}",
+            poll=lambda: a.poll(50),
+        )
         child.kill()  # SIGKILL: no LeaveGroup, the heartbeats just stop
         child.wait()
         killed_at = time.monotonic()
@@ -407,6 +301,3 @@ def test_a_killed_member_is_evicted_after_its_session_timeout(
         # Not before the session timeout: the broker waited for the missing heartbeats.
         assert time.monotonic() - killed_at > 3
         a.close()
-    finally:
-        child.kill()
-        child.wait()

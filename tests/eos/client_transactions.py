@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tests.eos.conftest import TP, PartitionRead, partitions_of, read_back, wait_settled
+from tests.confluent import TP, partitions_of
+from tests.eos.checker import PartitionRead, read_back, wait_settled
 
 # Committed, aborted, committed: what test_commit_and_abort_seen_by_both_isolation_levels sends.
 BATCHES = [("c1", True), ("a1", False), ("c2", True)]

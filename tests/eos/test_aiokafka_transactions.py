@@ -17,16 +17,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from onceflow.broker.embedded import EmbeddedBroker
+from tests.admin_requests import describe_transactions, list_offsets
+from tests.confluent import TP, create_topics, partitions_of
 from tests.eos import client_transactions as shared
-from tests.eos.conftest import (
-    TP,
-    create_topics,
-    describe_transactions,
-    list_offsets,
-    partitions_of,
-    read_back,
-    wait_settled,
-)
+from tests.eos.checker import read_back, wait_settled
 
 FENCED = (errors.ProducerFenced, errors.InvalidProducerEpoch)
 

@@ -12,29 +12,23 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from kio.schema.end_txn.v1.request import EndTxnRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.eos.conftest import (
-    QUIET,
-    TP,
-    KafkaWire,
-    create_topics,
+from tests.admin_requests import (
+    call,
     describe_transactions,
+    end_txn,
     fetch_committed_offset,
     init_producer_id,
     list_offsets,
     list_transactions,
-    partitions_of,
     produce_batch,
-    read_back,
-    send,
-    transactional_producer,
-    wait_settled,
 )
+from tests.confluent import QUIET, TP, create_topics, partitions_of, send, transactional_producer
+from tests.eos.checker import read_back, wait_settled
 from tests.waiting import wait_for
 
 OK = ErrorCode.none
@@ -393,22 +387,10 @@ def add_partitions(
             module.AddPartitionsToTxnTopic(name=TopicName(tp[0]), partitions=(i32(tp[1]),)),
         ),
     )
-    with KafkaWire(bootstrap) as wire:
-        response = wire.call(request)
+    response = call(bootstrap, request)
     [topic] = response.results_by_topic_v3_and_below
     [partition] = topic.results_by_partition
     return partition.partition_error_code
-
-
-def end_txn(bootstrap: str, txn_id: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
-    request = EndTxnRequest(
-        transactional_id=TransactionalId(txn_id),
-        producer_id=ProducerId(pid),
-        producer_epoch=i16(epoch),
-        committed=commit,
-    )
-    with KafkaWire(bootstrap) as wire:
-        return wire.call(request).error_code
 
 
 def end_txn_settled(bootstrap: str, txn_id: str, pid: int, epoch: int, commit: bool) -> ErrorCode:

@@ -18,14 +18,9 @@ from confluent_kafka import KafkaError, Producer
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.eos.conftest import (
-    QUIET,
-    create_topics,
-    init_producer_id,
-    partitions_of,
-    produce_batch,
-    read_back,
-)
+from tests.admin_requests import init_producer_id, produce_batch
+from tests.confluent import QUIET, create_topics, partitions_of
+from tests.eos.checker import read_back
 from tests.waiting import wait_for
 
 PARTITIONS = 3

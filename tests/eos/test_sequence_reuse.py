@@ -23,14 +23,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.eos.conftest import (
-    Deliveries,
-    create_topics,
-    read_back,
-    send,
-    transactional_producer,
-    wait_settled,
-)
+from tests.confluent import Deliveries, create_topics, send, transactional_producer
+from tests.eos.checker import read_back, wait_settled
 from tests.waiting import wait_for
 
 

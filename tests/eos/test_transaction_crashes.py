@@ -20,19 +20,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.eos.conftest import (
-    QUIET,
-    TP,
-    PartitionRead,
-    create_topics,
-    describe_transactions,
-    duplicates,
-    partitions_of,
-    read_back,
-    send,
-    transactional_producer,
-    wait_settled,
-)
+from tests.admin_requests import describe_transactions
+from tests.confluent import QUIET, TP, create_topics, partitions_of, send, transactional_producer
+from tests.eos.checker import PartitionRead, duplicates, read_back, wait_settled
 from tests.waiting import wait_for
 
 # librdkafka 2.16 re-bootstraps when every broker is down, and its transactional producer then

@@ -92,6 +92,13 @@ class Env:
         )
         return reply
 
+    def join_two(self) -> tuple[Any, Any]:
+        """Two members join "g" and the join round completes: the leader's and the follower's
+        JoinGroup answers (generation 1)."""
+        a, b = self.join(), self.join()
+        self.advance(1)
+        return a.result, b.result
+
     def sync(
         self,
         member_id: str,

@@ -49,9 +49,7 @@ def test_two_members_leader_and_follower_and_sync_distribution() -> None:
 
 def test_leader_omitting_a_member_gives_it_an_empty_assignment() -> None:
     env = Env()
-    a, b = env.join(), env.join()
-    env.advance(1)
-    ra, rb = a.result, b.result
+    ra, rb = env.join_two()
     fs = env.sync(rb.member_id, 1)
     env.sync(ra.member_id, 1, {ra.member_id: b"A"})
     assert fs.result.error is E.none and fs.result.assignment == b""
@@ -267,9 +265,7 @@ def test_rebalance_timeout_removes_dynamic_laggards() -> None:
 
 def test_member_that_never_syncs_is_removed_after_rebalance_timeout() -> None:
     env = Env()
-    a, b = env.join(), env.join()
-    env.advance(1)
-    ra, rb = a.result, b.result
+    ra, rb = env.join_two()
     leader_sync = env.sync(ra.member_id, 1, {ra.member_id: b"A", rb.member_id: b"B"})
     assert leader_sync.result.error is E.none and state(env) is GroupState.STABLE
     # The follower never sends SyncGroup; it keeps heartbeating but that is not enough.
@@ -285,9 +281,7 @@ def test_member_that_never_syncs_is_removed_after_rebalance_timeout() -> None:
 
 def test_follower_waiting_for_leader_sync_gets_rebalance_when_leader_never_syncs() -> None:
     env = Env()
-    a, b = env.join(), env.join()
-    env.advance(1)
-    ra, rb = a.result, b.result
+    ra, rb = env.join_two()
     waiting = env.sync(rb.member_id, 1)
     env.advance(REBALANCE_MS)  # the leader never syncs: it is removed, the group rebalances
     assert waiting.result.error is E.rebalance_in_progress

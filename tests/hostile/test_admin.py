@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.broker.test_hostile_input import WireClient, api_versions, good_batch, produce_errors
+from tests.wire import WireClient, api_versions, good_batch, produce_errors
 
 WAIT = 30.0
 BROKER_COMMAND = (sys.executable, "-m", "onceflow.cli.main", "broker")

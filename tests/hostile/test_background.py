@@ -23,9 +23,9 @@ from kio.schema.join_group.v3.request import JoinGroupRequest, JoinGroupRequestP
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.broker.test_confluent_client import create_topic
-from tests.broker.test_hostile_input import WAIT, WireClient, good_batch, produce_errors
+from tests.confluent import create_topic
 from tests.waiting import wait_for
+from tests.wire import WAIT, WireClient, good_batch, produce_errors
 
 DEADLINE = 30.0  # seconds a background loop may take to show its work
 

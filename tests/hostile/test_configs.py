@@ -25,8 +25,8 @@ from kio.schema.produce.v7.request import TopicProduceData as TopicProduceDataV7
 
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.records.builder import build_batch
-from tests.broker.test_confluent_client import create_topic
-from tests.broker.test_hostile_input import WireClient, api_versions, produce_request
+from tests.confluent import create_topic
+from tests.wire import WireClient, api_versions, produce_request
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND = 0, 1, 2

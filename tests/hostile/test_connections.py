@@ -6,7 +6,6 @@ descriptors from /proc, and ends by checking that a normal confluent-kafka clien
 
 from __future__ import annotations
 
-import dataclasses
 import resource
 import socket
 import struct
@@ -16,18 +15,18 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
+from kio.schema.fetch.v12.request import FetchRequest
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.broker.test_confluent_client import create_topic
-from tests.broker.test_hostile_input import (
+from tests.confluent import create_topic
+from tests.waiting import wait_for
+from tests.wire import (
     WireClient,
-    _api_versions_request,
-    _fetch,
+    api_versions_request,
+    fetch_request,
     good_batch,
     produce_request,
 )
-from tests.waiting import wait_for
 
 MiB = 1 << 20
 WAIT = 30.0
@@ -63,7 +62,7 @@ def descriptors(broker: EmbeddedBroker) -> int:
 def answers(address: str, timeout: float = 10.0) -> bool:
     client = WireClient(address, timeout=timeout)
     try:
-        return client.call(_api_versions_request()).error_code == 0
+        return client.call(api_versions_request()).error_code == 0
     finally:
         client.close()
 
@@ -105,21 +104,10 @@ def fill_partition(address: str, topic: str, partition: int, batch_values: list[
         client.close()
 
 
-def fetch_request(topic: str, partitions: list[int], max_bytes: int) -> object:
-    wanted = tuple(
-        FetchPartition(
-            partition=p,
-            current_leader_epoch=-1,
-            fetch_offset=0,
-            last_fetched_epoch=-1,
-            log_start_offset=-1,
-            partition_max_bytes=max_bytes,
-        )
-        for p in partitions
-    )
-    return dataclasses.replace(
-        _fetch((FetchTopic(topic=topic, partitions=wanted),)), max_bytes=max_bytes
-    )
+def fetch_from_start(topic: str, partitions: list[int], max_bytes: int) -> FetchRequest:
+    """A Fetch from offset 0 with `max_bytes` as both the partition's and the response's cap."""
+    offsets = dict.fromkeys(partitions, 0)
+    return fetch_request(topic, offsets, partition_max_bytes=max_bytes, max_bytes=max_bytes)
 
 
 def records_sizes(response: object) -> dict[int, int]:
@@ -145,13 +133,13 @@ def test_a_huge_fetch_is_capped_at_fetch_max_bytes(
     fill_partition(broker.bootstrap, topic_name, 1, [big, big])
     client = WireClient(broker.bootstrap)
     try:
-        sizes = records_sizes(client.call(fetch_request(topic_name, [0], 0x7FFFFFFF)))
+        sizes = records_sizes(client.call(fetch_from_start(topic_name, [0], 0x7FFFFFFF)))
         assert 0 < sizes[0] <= cap  # 1 MB stored, whatever the client asks
         # KIP-74: a first batch larger than the cap is still returned, whole, and alone.
-        sizes = records_sizes(client.call(fetch_request(topic_name, [1], 0x7FFFFFFF)))
+        sizes = records_sizes(client.call(fetch_from_start(topic_name, [1], 0x7FFFFFFF)))
         assert 500_000 < sizes[1] < 2 * 500_000
         # A batch that does not fit after the first partition's data waits for the next fetch.
-        sizes = records_sizes(client.call(fetch_request(topic_name, [0, 1], 0x7FFFFFFF)))
+        sizes = records_sizes(client.call(fetch_from_start(topic_name, [0, 1], 0x7FFFFFFF)))
         assert 0 < sizes[0] <= cap and sizes[1] == 0
     finally:
         client.close()
@@ -161,7 +149,7 @@ def test_a_huge_fetch_is_capped_at_fetch_max_bytes(
 def _send_unread_fetches(address: str, topic: str, count: int) -> WireClient:
     client = WireClient(address)
     for _ in range(count):
-        client.send(fetch_request(topic, [0], 16 * MiB))
+        client.send(fetch_from_start(topic, [0], 16 * MiB))
     return client
 
 
@@ -196,7 +184,7 @@ def test_unread_pipelined_fetches_do_not_grow_memory(
 def test_idle_connections_are_closed(make_broker: MakeBroker) -> None:
     broker = make_broker(settings={"connections.max.idle.ms": "500"})
     quiet = WireClient(broker.bootstrap)
-    assert quiet.call(_api_versions_request()).error_code == 0
+    assert quiet.call(api_versions_request()).error_code == 0
     half_sent = WireClient(broker.bootstrap)
     half_sent.send_raw(struct.pack(">i", 5000) + b"\x00\x12\x00\x00")
     assert quiet.closed_by_peer()
@@ -212,12 +200,12 @@ def test_max_connections_per_ip_closes_the_extra_connection(make_broker: MakeBro
     )
     held = [WireClient(broker.bootstrap) for _ in range(3)]
     for client in held:
-        assert client.call(_api_versions_request()).error_code == 0
+        assert client.call(api_versions_request()).error_code == 0
     extra = WireClient(broker.bootstrap)
     assert extra.closed_by_peer()  # closed at once, as Kafka does
     extra.close()
     for client in held:  # the others are still served
-        assert client.call(_api_versions_request()).error_code == 0
+        assert client.call(api_versions_request()).error_code == 0
     for client in held:
         client.close()
     wait_for(lambda: descriptors_settled(broker, held=0), WAIT, "the connections to be released")
@@ -236,17 +224,17 @@ def test_max_connections_makes_the_new_connection_wait(make_broker: MakeBroker) 
     broker = make_broker(settings={"max.connections": "2"})
     held = [WireClient(broker.bootstrap) for _ in range(2)]
     for client in held:
-        assert client.call(_api_versions_request()).error_code == 0
+        assert client.call(api_versions_request()).error_code == 0
     # KIP-402: the acceptor waits for a slot; the new connection waits in the listen backlog.
     waiting = WireClient(broker.bootstrap)
-    correlation_id = waiting.send(_api_versions_request())
+    correlation_id = waiting.send(api_versions_request())
     waiting.sock.settimeout(1.0)
     with pytest.raises(TimeoutError):
         waiting.sock.recv(1, socket.MSG_PEEK)
-    assert held[0].call(_api_versions_request()).error_code == 0  # the others are served
+    assert held[0].call(api_versions_request()).error_code == 0  # the others are served
     held[0].close()
     waiting.sock.settimeout(WAIT)
-    assert waiting.receive(_api_versions_request(), correlation_id).error_code == 0
+    assert waiting.receive(api_versions_request(), correlation_id).error_code == 0
     waiting.close()
     held[1].close()
     # Not assert_served: a confluent-kafka producer and consumer hold more than two
@@ -254,7 +242,7 @@ def test_max_connections_makes_the_new_connection_wait(make_broker: MakeBroker) 
     assert broker.process is not None and broker.process.poll() is None
     late = WireClient(broker.bootstrap)
     try:
-        assert late.call(_api_versions_request()).error_code == 0
+        assert late.call(api_versions_request()).error_code == 0
     finally:
         late.close()
 
@@ -326,25 +314,7 @@ def test_sigterm_with_connected_clients_logs_no_error(
     half_sent = WireClient(broker.bootstrap)
     half_sent.send_raw(struct.pack(">i", 5000) + b"\x00\x12")
     long_poll = WireClient(broker.bootstrap)
-    request = _fetch(
-        (
-            FetchTopic(
-                topic=topic_name,
-                partitions=(
-                    FetchPartition(
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=1,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=MiB,
-                    ),
-                ),
-            ),
-        ),
-        max_wait=20.0,
-    )
-    long_poll.send(dataclasses.replace(request, min_bytes=1))
+    long_poll.send(fetch_request(topic_name, {0: 1}, max_wait=20.0))
     unread = _send_unread_fetches(broker.bootstrap, topic_name, 20)
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g"})
     consumer.subscribe([topic_name])

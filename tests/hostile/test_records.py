@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from backports import zstd
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v7.request import (
     ListOffsetsPartition,
@@ -24,9 +24,9 @@ from kio.schema.list_offsets.v7.request import (
 
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.records.varint import encode_varint
-from tests.broker.test_confluent_client import create_topic
-from tests.broker.test_hostile_input import WAIT, WireClient, produce_request
-from tests.records.conftest import frame_batch
+from tests.confluent import Deliveries, create_topic
+from tests.records.batch_frames import frame_batch
+from tests.wire import WAIT, WireClient, produce_request
 
 ZSTD = 4
 T0 = 1_700_000_000_000  # timestamps of the well-formed records
@@ -81,21 +81,13 @@ def produce_values(
     bootstrap: str, topic: str, values: list[bytes], timestamps: list[int], **conf: str
 ) -> list[int]:
     """Produce with confluent-kafka (one batch per call of flush), return the offsets."""
-    offsets: list[int] = []
-    errors: list[KafkaError] = []
-
-    def on_delivery(err: KafkaError | None, msg: object) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            offsets.append(msg.offset())  # type: ignore[attr-defined]
-
+    deliveries = Deliveries()
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 50, **conf})
     for value, ts in zip(values, timestamps, strict=True):
-        producer.produce(topic, value=value, partition=0, timestamp=ts, on_delivery=on_delivery)
+        producer.produce(topic, value=value, partition=0, timestamp=ts, on_delivery=deliveries)
     assert producer.flush(WAIT) == 0
-    assert errors == []
-    return offsets
+    assert deliveries.failed == []
+    return [offset for _, _, offset, _ in deliveries.acked]
 
 
 def read_all(bootstrap: str, topic: str, expected: int) -> list[bytes | None]:

@@ -18,10 +18,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.pipelines import wordcount
 from onceflow.pipelines.topic_reader import read_topic
 from onceflow.pipelines.wordcount_check import check_counts, words_of
-from tests.spark.kafka_io import committed_batches, create_topic, produce
+from tests.spark.kafka_io import committed_batches, create_topic
+from tests.spark.word_count_runs import sentences, word_count_across_a_broker_kill
 from tests.waiting import wait_for
 
 TABLE_CONFIG = {
@@ -29,11 +29,6 @@ TABLE_CONFIG = {
     "segment.bytes": "2048",  # many closed segments for the cleaner
     "min.cleanable.dirty.ratio": "0.01",
 }
-
-
-def _run(query: object) -> None:
-    query.processAllAvailable()  # type: ignore[attr-defined]
-    query.stop()  # type: ignore[attr-defined]
 
 
 def test_word_count_table_on_a_compacted_topic(
@@ -44,21 +39,10 @@ def test_word_count_table_on_a_compacted_topic(
     create_topic(bootstrap, "sentences")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("counts", 1, 1, config=TABLE_CONFIG)])["counts"].result(30)
-    sentences = [f"the quick fox {i % 7} jumps over the dog {i % 3}" for i in range(400)]
-    produce(bootstrap, "sentences", sentences[:200])
-    options = dict(
-        bootstrap=bootstrap,
-        input_topic="sentences",
-        output_topic="counts",
-        checkpoint=str(tmp_path / "cp"),
-        prefix="wc-table",
-        max_offsets_per_trigger=40,
+    written = sentences(400)
+    word_count_across_a_broker_kill(
+        spark, broker, written, tmp_path / "cp", prefix="wc-table", max_offsets_per_trigger=40
     )
-    _run(wordcount.start(spark, **options))
-    broker.kill()
-    broker.start()
-    produce(bootstrap, "sentences", sentences[200:])
-    _run(wordcount.start(spark, **options))
 
     # Every micro-batch wrote a new count of "the" (every sentence has it): the cleaner
     # removes those in closed segments, all but the last.
@@ -70,7 +54,7 @@ def test_word_count_table_on_a_compacted_topic(
         "the cleaner removes superseded counts",
     )
     table = read_topic(bootstrap, "counts")
-    truth = Counter(w for s in sentences for w in words_of(s))
+    truth = Counter(w for s in written for w in words_of(s))
     report = check_counts(truth, table)
     assert report.exact, report
 

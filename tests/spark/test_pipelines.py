@@ -10,15 +10,11 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.pipelines import copy_topic, file_transactions, wordcount
+from onceflow.pipelines import copy_topic, file_transactions
 from onceflow.pipelines.topic_reader import read_topic
 from onceflow.pipelines.wordcount_check import check_counts, words_of
 from tests.spark.kafka_io import create_topic, produce
-
-
-def _run(query: object) -> None:
-    query.processAllAvailable()  # type: ignore[attr-defined]
-    query.stop()  # type: ignore[attr-defined]
+from tests.spark.word_count_runs import run_to_end, sentences, word_count_across_a_broker_kill
 
 
 def test_file_transactions_writes_each_file_once_and_bad_files_to_dead_letters(
@@ -35,7 +31,7 @@ def test_file_transactions_writes_each_file_once_and_bad_files_to_dead_letters(
     bad = tmp_path / "bad.csv"
     bad.write_text("id,amount\nx1,1\nx2,not-a-number\n")
     produce(bootstrap, locations, [str(good), lines.as_uri(), str(bad)])
-    _run(
+    run_to_end(
         file_transactions.start(
             spark,
             bootstrap=bootstrap,
@@ -59,7 +55,7 @@ def test_copy_through_a_transform(spark: SparkSession, bootstrap: str, tmp_path:
     create_topic(bootstrap, source)
     create_topic(bootstrap, target)
     produce(bootstrap, source, [f"v{i}" for i in range(200)])
-    _run(
+    run_to_end(
         copy_topic.start(
             spark,
             bootstrap=bootstrap,
@@ -86,21 +82,10 @@ def test_word_count_survives_a_broker_restart_between_runs(
     bootstrap = broker.bootstrap
     create_topic(bootstrap, "sentences")
     create_topic(bootstrap, "counts")
-    sentences = [f"the quick fox {i % 7} jumps over the dog {i % 3}" for i in range(300)]
-    produce(bootstrap, "sentences", sentences[:150])
-    options = dict(
-        bootstrap=bootstrap,
-        input_topic="sentences",
-        output_topic="counts",
-        checkpoint=str(tmp_path / "cp"),
-        prefix="wc-test",
-        max_offsets_per_trigger=50,
+    written = sentences(300)
+    word_count_across_a_broker_kill(
+        spark, broker, written, tmp_path / "cp", prefix="wc-test", max_offsets_per_trigger=50
     )
-    _run(wordcount.start(spark, **options))
-    broker.kill()
-    broker.start()
-    produce(bootstrap, "sentences", sentences[150:])
-    _run(wordcount.start(spark, **options))
-    truth = Counter(w for s in sentences for w in words_of(s))
+    truth = Counter(w for s in written for w in words_of(s))
     report = check_counts(truth, read_topic(bootstrap, "counts"))
     assert report.exact, report

@@ -20,7 +20,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from tests.eos.conftest import QUIET, read_back
+from tests.confluent import QUIET
+from tests.eos.checker import read_back
 from tests.thirdparty.app_process import AppProcess
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.eos.conftest import create_topics
+from tests.confluent import create_topics
 from tests.thirdparty.app_process import AppProcess
 from tests.thirdparty.running_totals import (
     CommittedOutputs,

@@ -21,13 +21,13 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.eos.conftest import (
+from tests.admin_requests import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
-    TP,
     fetch_committed_offset,
     list_offsets,
 )
+from tests.confluent import TP
 from tests.thirdparty.app_process import AppProcess, thirdparty_python
 from tests.thirdparty.running_totals import read_keyed
 from tests.thirdparty.scenario import kill_and_restart

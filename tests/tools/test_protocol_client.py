@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import io
-import logging
 import socket
 import struct
 import threading
@@ -36,83 +35,12 @@ from onceflow.protocol.client import (
 )
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import encode_response, parse_request
-from tests.broker.test_confluent_client import create_topic
+from tests.confluent import create_topic
+from tests.tools.open_transactions import QUIET, dead_address, last_stable_offset, open_transaction
 from tests.waiting import wait_for
 
 READ_COMMITTED = 1
 LATEST = -1
-
-QUIET = logging.getLogger("tests.tools.librdkafka")
-QUIET.addHandler(logging.NullHandler())
-QUIET.propagate = False
-
-
-# --- shared helpers (the CLI tests use them too) ------------------------------------------------
-
-
-def open_transaction(
-    bootstrap: str, transactional_id: str, topic: str, values: dict[int, list[bytes]]
-) -> Producer:
-    """A confluent-kafka transactional producer left with an open transaction holding `values`
-    (per partition), every record acknowledged."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": transactional_id,
-            # Long enough that the broker's timeout never aborts it during a test.
-            "transaction.timeout.ms": 300_000,
-            "logger": QUIET,
-        }
-    )
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for partition, records in values.items():
-        for value in records:
-            producer.produce(topic, value=value, partition=partition)
-    assert producer.flush(30) == 0
-    return producer
-
-
-def last_stable_offset(client: KafkaClient, topic: str, partition: int) -> int:
-    """ListOffsets "latest" with read_committed: the partition's last stable offset."""
-
-    def make(cls: type) -> Any:
-        topic_cls = sibling(cls, "ListOffsetsTopic")
-        part_cls = sibling(cls, "ListOffsetsPartition")
-        return build(
-            cls,
-            replica_id=-1,
-            isolation_level=READ_COMMITTED,
-            topics=(
-                build(
-                    topic_cls,
-                    name=topic,
-                    partitions=(
-                        build(
-                            part_cls,
-                            partition_index=partition,
-                            current_leader_epoch=-1,
-                            timestamp=LATEST,
-                            max_num_offsets=1,
-                        ),
-                    ),
-                ),
-            ),
-        )
-
-    response = client.call_leader(topic, partition, ApiKey.LIST_OFFSETS, make, min_version=2)
-    answer = response.topics[0].partitions[0]
-    assert answer.error_code == ErrorCode.none
-    return answer.offset
-
-
-def dead_address() -> str:
-    """An address nobody listens on (a port just released by the kernel)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"127.0.0.1:{port}"
-
 
 # --- fixtures -----------------------------------------------------------------------------------
 
@@ -131,21 +59,21 @@ def test_negotiates_the_highest_version_both_sides_support(client: KafkaClient) 
     advertised = supported_versions()
     assert connection.api_versions == advertised
     for api_key in (
-        ApiKey.METADATA,
-        ApiKey.FIND_COORDINATOR,
-        ApiKey.API_VERSIONS,
+        3,
+        10,
+        18,
         ApiKey.LIST_OFFSETS,
         ApiKey.WRITE_TXN_MARKERS,
         ApiKey.DESCRIBE_PRODUCERS,
-        ApiKey.DESCRIBE_TRANSACTIONS,
-        ApiKey.LIST_TRANSACTIONS,
+        65,
+        66,
     ):
         broker_max = advertised[api_key][1]
         assert connection.version_for(api_key) == min(broker_max, kio_versions(api_key)[1])
     assert connection.version_for(ApiKey.WRITE_TXN_MARKERS) == 1
     # The caller may cap the version; the request class follows the negotiated one.
-    assert connection.version_for(ApiKey.METADATA, max_version=5) == 5
-    assert connection.request_class(ApiKey.METADATA, max_version=5).__version__ == 5
+    assert connection.version_for(3, max_version=5) == 5
+    assert connection.request_class(3, max_version=5).__version__ == 5
     # A floor above what the broker offers is refused, naming both ranges.
     with pytest.raises(UnsupportedApiError, match=r"\(v0-v1\) and this client \(v2-v2\)"):
         connection.version_for(ApiKey.LIST_TRANSACTIONS, min_version=2)
@@ -159,10 +87,10 @@ def test_apis_or_versions_the_broker_lacks_are_refused_before_sending(
     with pytest.raises(UnsupportedApiError, match=f"API {missing}"):
         connection.version_for(missing)
     assert not connection.supports(missing)
-    too_new = connection.api_versions[ApiKey.METADATA][1] + 1
-    if too_new <= kio_versions(ApiKey.METADATA)[1]:
+    too_new = connection.api_versions[3][1] + 1
+    if too_new <= kio_versions(3)[1]:
         request = build(
-            load_request_schema(ApiKey.METADATA, too_new),
+            load_request_schema(3, too_new),
             topics=None,
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False,
@@ -195,6 +123,22 @@ def test_metadata_leaders_and_coordinator(
     assert missing.value.error_code == ErrorCode.unknown_topic_or_partition
     with pytest.raises(KafkaResponseError):
         client.leader(topic_name, 3)
+
+
+def active_producers(client: KafkaClient, topic: str, partition: int) -> tuple[Any, ...]:
+    """DescribeProducers of one partition, sent to its leader: the active producers' states."""
+    response = client.call_leader(
+        topic,
+        partition,
+        ApiKey.DESCRIBE_PRODUCERS,
+        lambda cls: build(
+            cls,
+            topics=(
+                build(sibling(cls, "TopicRequest"), name=topic, partition_indexes=(partition,)),
+            ),
+        ),
+    )
+    return response.topics[0].partitions[0].active_producers
 
 
 def test_transaction_admin_apis_answer_typed_entities(
@@ -236,18 +180,7 @@ def test_transaction_admin_apis_answer_typed_entities(
         states = [s for _, r in listed.responses for s in r.transaction_states]
         assert [(s.transactional_id, s.transaction_state) for s in states] == [(txn_id, "Ongoing")]
 
-        producers = client.call_leader(
-            topic_name,
-            0,
-            ApiKey.DESCRIBE_PRODUCERS,
-            lambda cls: build(
-                cls,
-                topics=(
-                    build(sibling(cls, "TopicRequest"), name=topic_name, partition_indexes=(0,)),
-                ),
-            ),
-        )
-        (state,) = producers.topics[0].partitions[0].active_producers
+        (state,) = active_producers(client, topic_name, 0)
         assert (state.producer_id, state.producer_epoch) == (ours.producer_id, ours.producer_epoch)
         assert state.current_txn_start_offset == 0
         assert state.last_sequence == 1
@@ -318,18 +251,7 @@ def test_write_txn_markers_aborts_an_open_transaction_and_moves_the_lso(
         assert errors == {0: ErrorCode.none, 7: ErrorCode.unknown_topic_or_partition}
         # The marker is durable before the answer: three records and the marker are stable.
         assert last_stable_offset(client, topic_name, 0) == 4
-        producers = client.call_leader(
-            topic_name,
-            0,
-            ApiKey.DESCRIBE_PRODUCERS,
-            lambda cls: build(
-                cls,
-                topics=(
-                    build(sibling(cls, "TopicRequest"), name=topic_name, partition_indexes=(0,)),
-                ),
-            ),
-        )
-        (state,) = producers.topics[0].partitions[0].active_producers
+        (state,) = active_producers(client, topic_name, 0)
         assert state.current_txn_start_offset == -1
     finally:
         producer.abort_transaction(30)
@@ -419,7 +341,7 @@ def fake_broker() -> Iterator[Callable[[Answer], FakeBroker]]:
 
 def api_versions_reply(correlation_id: int, version: int, error: ErrorCode, keys: Any) -> bytes:
     """An ApiVersions response: always header v0 (no tagged fields), as Kafka sends it."""
-    cls = load_response_schema(ApiKey.API_VERSIONS, version)
+    cls = load_response_schema(18, version)
     key_cls = sibling(cls, "ApiVersion")
     body = build(
         cls,
@@ -440,29 +362,22 @@ def api_versions_reply(correlation_id: int, version: int, error: ErrorCode, keys
 def test_api_versions_falls_back_to_the_brokers_version(fake_broker: Any) -> None:
     """KIP-511: a broker that does not know our ApiVersions version answers v0 with
     UNSUPPORTED_VERSION and its range; the client asks again at that version."""
-    keys = [(ApiKey.API_VERSIONS, 0, 2), (ApiKey.METADATA, 1, 5), (ApiKey.DESCRIBE_PRODUCERS, 0, 0)]
+    keys = [(18, 0, 2), (3, 1, 5), (61, 0, 0)]
 
     def answer(frame: bytes) -> bytes:
         api_key, version, correlation_id = header_of(frame)
-        assert api_key == ApiKey.API_VERSIONS
+        assert api_key == 18
         if version > 2:
             return api_versions_reply(correlation_id, 0, ErrorCode.unsupported_version, keys[:1])
         return api_versions_reply(correlation_id, version, ErrorCode.none, keys)
 
     fake = fake_broker(answer)
     with BrokerConnection.connect("127.0.0.1", fake.port) as connection:
-        assert fake.requests == [
-            (ApiKey.API_VERSIONS, kio_versions(ApiKey.API_VERSIONS)[1]),
-            (ApiKey.API_VERSIONS, 2),
-        ]
-        assert connection.api_versions == {
-            ApiKey.API_VERSIONS: (0, 2),
-            ApiKey.METADATA: (1, 5),
-            ApiKey.DESCRIBE_PRODUCERS: (0, 0),
-        }
-        assert connection.version_for(ApiKey.METADATA) == 5
+        assert fake.requests == [(18, kio_versions(18)[1]), (18, 2)]
+        assert connection.api_versions == {18: (0, 2), 3: (1, 5), 61: (0, 0)}
+        assert connection.version_for(3) == 5
         with pytest.raises(UnsupportedApiError, match="DescribeTransactions"):
-            connection.version_for(ApiKey.DESCRIBE_TRANSACTIONS)
+            connection.version_for(65)
 
 
 def test_a_silent_broker_times_out(fake_broker: Any) -> None:
@@ -480,7 +395,7 @@ def test_a_broker_that_hangs_up_is_a_connection_error(fake_broker: Any) -> None:
 
 
 def test_an_answer_to_another_request_is_malformed(fake_broker: Any) -> None:
-    keys = [(ApiKey.API_VERSIONS, 0, 4)]
+    keys = [(18, 0, 4)]
     fake = fake_broker(
         lambda frame: api_versions_reply(
             header_of(frame)[2] + 1, header_of(frame)[1], ErrorCode.none, keys
@@ -505,14 +420,7 @@ class FakeCluster:
     with yet), and node 2 coordinates every transactional id."""
 
     TOPIC = "t"
-    SUPPORTED = {
-        ApiKey.API_VERSIONS: (0, 3),
-        ApiKey.METADATA: (1, 12),
-        ApiKey.FIND_COORDINATOR: (0, 6),
-        ApiKey.DESCRIBE_PRODUCERS: (0, 0),
-        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
-        ApiKey.LIST_TRANSACTIONS: (0, 1),
-    }
+    SUPPORTED = {18: (0, 3), 3: (1, 12), 10: (0, 6), 61: (0, 0), 65: (0, 0), 66: (0, 1)}
 
     def __init__(self, start: Callable[[Answer], FakeBroker]) -> None:
         self.seen: list[tuple[int, int, Any]] = []  # (node id, api key, request body)
@@ -525,13 +433,13 @@ class FakeCluster:
         def answer(frame: bytes) -> bytes:
             request = parse_request(frame, self.SUPPORTED)
             self.seen.append((node_id, request.api_key, request.body))
-            body = getattr(self, "_" + ApiKey(request.api_key).name.lower())(node_id, request)
+            body = getattr(self, f"_api_{request.api_key}")(node_id, request)
             return encode_response(request, body)[4:]
 
         return answer
 
-    def _api_versions(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(ApiKey.API_VERSIONS, request.api_version)
+    def _api_18(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(18, request.api_version)
         key_cls = sibling(cls, "ApiVersion")
         return build(
             cls,
@@ -547,8 +455,8 @@ class FakeCluster:
             zk_migration_ready=False,
         )
 
-    def _metadata(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(ApiKey.METADATA, request.api_version)
+    def _api_3(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(3, request.api_version)
         broker_cls = sibling(cls, "MetadataResponseBroker")
         topic_cls = sibling(cls, "MetadataResponseTopic")
         part_cls = sibling(cls, "MetadataResponsePartition")
@@ -588,8 +496,8 @@ class FakeCluster:
             cluster_authorized_operations=-2147483648,
         )
 
-    def _find_coordinator(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(ApiKey.FIND_COORDINATOR, request.api_version)
+    def _api_10(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(10, request.api_version)
         coordinator = build(
             sibling(cls, "Coordinator"),
             key=request.body.coordinator_keys[0],
@@ -601,8 +509,8 @@ class FakeCluster:
         )
         return build(cls, throttle_time=datetime.timedelta(0), coordinators=(coordinator,))
 
-    def _describe_producers(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(ApiKey.DESCRIBE_PRODUCERS, request.api_version)
+    def _api_61(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(61, request.api_version)
         topic_cls = sibling(cls, "TopicResponse")
         part_cls = sibling(cls, "PartitionResponse")
         parts = []
@@ -626,8 +534,8 @@ class FakeCluster:
             topics=(build(topic_cls, name=self.TOPIC, partitions=tuple(parts)),),
         )
 
-    def _describe_transactions(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(ApiKey.DESCRIBE_TRANSACTIONS, request.api_version)
+    def _api_65(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(65, request.api_version)
         state_cls = sibling(cls, "TransactionState")
         return build(
             cls,
@@ -648,8 +556,8 @@ class FakeCluster:
             ),
         )
 
-    def _list_transactions(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(ApiKey.LIST_TRANSACTIONS, request.api_version)
+    def _api_66(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(66, request.api_version)
         state_cls = sibling(cls, "TransactionState")
         return build(
             cls,

@@ -22,13 +22,8 @@ from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.cli.options import OnceflowGroup
 from onceflow.cli.transactions import transactions_app
 from onceflow.protocol.client import KafkaClient
-from tests.broker.test_confluent_client import create_topic
-from tests.tools.test_protocol_client import (
-    QUIET,
-    dead_address,
-    last_stable_offset,
-    open_transaction,
-)
+from tests.confluent import create_topic
+from tests.tools.open_transactions import QUIET, dead_address, last_stable_offset, open_transaction
 from tests.waiting import wait_for
 
 
@@ -130,6 +125,19 @@ def open_txn(
         # A fenced producer reports its fatal error again on close: expected here.
         with contextlib.suppress(KafkaException):
             producer.close()
+
+
+def abort_at(topic: str, partition: int, start_offset: int) -> list[str]:
+    """The words of `abort` for the transaction that starts at `start_offset`."""
+    return [
+        "abort",
+        "--topic",
+        topic,
+        "--partition",
+        str(partition),
+        "--start-offset",
+        str(start_offset),
+    ]
 
 
 # --- list, describe, describe-producers ---------------------------------------------------------
@@ -277,28 +285,10 @@ def test_find_hanging_and_abort_by_start_offset(
         topic, partition, producer_id, epoch, _coordinator_epoch, start_offset = hanging[:6]
         assert (topic, partition, epoch, start_offset) == (topic_name, "0", "0", "0")
 
-        wrong = run(
-            "abort",
-            "--topic",
-            topic_name,
-            "--partition",
-            "0",
-            "--start-offset",
-            "1",
-            bootstrap=broker.bootstrap,
-        )
+        wrong = run(*abort_at(topic_name, 0, 1), bootstrap=broker.bootstrap)
         one_line_error(wrong, 1, "Could not find any open transaction starting at offset 1")
 
-        out = ok(
-            "abort",
-            "--topic",
-            topic_name,
-            "--partition",
-            "0",
-            "--start-offset",
-            "0",
-            bootstrap=broker.bootstrap,
-        )
+        out = ok(*abort_at(topic_name, 0, 0), bootstrap=broker.bootstrap)
         assert f"producer id {producer_id}" in out
         # 3 aborted records, 2 plain ones, 1 marker: everything is stable now.
         assert last_stable_offset(client, topic_name, 0) == 6
