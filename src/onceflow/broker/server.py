@@ -23,7 +23,6 @@ from onceflow.broker.durability import (
     GroupCommitter,
     NotDurableError,
     PartitionsNotDurableError,
-    until_durable,
 )
 from onceflow.broker.faults import raise_point
 from onceflow.broker.log_cleaner import LogCleaner
@@ -42,7 +41,6 @@ from onceflow.log.file_handles import capacity_for_limit, raise_open_files_limit
 from onceflow.log.file_handles import configure as configure_file_handles
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.messages import Request
-from onceflow.records.control import ControlType, parse_control_record
 from onceflow.txn.coordinator import OFFSETS_TOPIC
 
 log = logging.getLogger("onceflow.broker")
@@ -69,8 +67,6 @@ class Broker:
         self.topics = TopicRegistry(config, clock)
         self.committer = GroupCommitter(enabled=config.fsync)
         self.offsets_log = self.internal_log(OFFSETS_TOPIC, config.offsets_topic_segment_bytes)
-        self.transactions = Transactions(self)
-        self.cleaner = LogCleaner(self)
         self.groups = GroupCoordinator(
             clock,
             GroupCoordinatorConfig.from_properties(
@@ -81,6 +77,8 @@ class Broker:
                 }
             ),
         )
+        self.transactions = Transactions(self)  # after the groups: it settles their offsets
+        self.cleaner = LogCleaner(self)
         self._listener: socket.socket | None = None
         self._acceptor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -310,22 +308,7 @@ class Broker:
 
     def _load_offsets(self) -> None:
         """Replay the offsets log (compacted by the log cleaner while the broker runs)."""
-        for batch in self.offsets_log.batches():
-            header = batch.header
-            if header.is_control and not batch.records:
-                continue  # emptied by the cleaner: its transaction's records are gone
-            if header.is_control:
-                commit = parse_control_record(batch.records[0])[0] == ControlType.COMMIT
-                self.groups.complete_transaction(header.producer_id, commit)
-                continue
-            for record in batch.records:
-                self.groups.replay(
-                    record.key or b"",
-                    record.value,
-                    header.producer_id,
-                    header.producer_epoch,
-                    header.is_transactional,
-                )
+        self.transactions.runtime.load_offsets(self.offsets_log.batches())
 
     def write_offsets_records(
         self,
@@ -335,38 +318,17 @@ class Broker:
         producer_id: int = -1,
         producer_epoch: int = -1,
     ) -> Any:
-        """Append a group coordinator's records, then (once durable) replay them and answer.
+        """Append a group coordinator's records, then (once durable) replay them and answer
+        (the coordinator runtime's write_offsets): `response`, or an awaitable of it.
 
         With a producer id (TxnOffsetCommit) they are a transactional batch of that producer,
         pending until its transaction's marker, as `_load_offsets` replays them after a restart.
         """
         if not records:
             return response
-        transactional = producer_id >= 0
-        self.offsets_log.append(
-            records,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transactional=transactional,
+        return self.transactions.write_offsets(
+            records, response, producer_id=producer_id, producer_epoch=producer_epoch
         )
-        return self._replay_when_durable(
-            records, response, producer_id, producer_epoch, transactional
-        )
-
-    async def _replay_when_durable(
-        self,
-        records: list[tuple[bytes, bytes | None]],
-        response: Any,
-        producer_id: int,
-        producer_epoch: int,
-        transactional: bool,
-    ) -> Any:
-        # Written: the state must follow the log, so a round that could not prepare it is
-        # retried (until_durable), never answered as if nothing was written.
-        await until_durable(self.committer, [self.offsets_log.log])
-        for key, value in records:
-            self.groups.replay(key, value, producer_id, producer_epoch, transactional)
-        return response
 
     # -- durability -------------------------------------------------------------------------
 
