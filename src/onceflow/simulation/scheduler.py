@@ -21,13 +21,13 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import ManualClock
+from onceflow.coordinator_runtime import replay_offsets_batch
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.simulation.broker import (
     BrokerSettings,
     CoreState,
     SimBroker,
     Storage,
-    apply_offsets_batch,
 )
 from onceflow.simulation.checker import Checker, InvariantViolation
 from onceflow.simulation.clients import (
@@ -255,6 +255,8 @@ class Simulation:
             actions.append((2.0, "fsync-finish", None, self._fsync_finish))
         for index, (label, _) in enumerate(self.broker.tasks):
             actions.append((2.0, "task", label, lambda i=index: self._run_task(i)))
+        for timer in self.broker.due_timers():
+            actions.append((2.0, "timer-due", timer.label, lambda t=timer: self.broker.fire(t)))
         actions.append((0.3, "timer", None, self._timer))
         actions.append((1.0, "poll", None, self._poll))
         actions.append((0.3, "offsets", None, self._offsets))
@@ -281,7 +283,8 @@ class Simulation:
 
     def _held(self) -> bool:
         # the broker may hold the request (waiting for durability or in a task)
-        return bool(self.broker.waiters) or bool(self.broker.tasks) or self.round is not None
+        broker = self.broker
+        return bool(broker.waiters or broker.tasks or broker.timers) or self.round is not None
 
     # -- clients and the network -----------------------------------------------------------
 
@@ -620,7 +623,7 @@ class Simulation:
         groups = live.groups
         for stored in self.storage.offsets_log.iter_stored(0):
             if stored.header.base_offset not in live.applied_offsets:
-                apply_offsets_batch(groups, stored.decoded)
+                replay_offsets_batch(groups, stored.decoded)
         group_ids = sorted({c.group for c in self.clients if c.group is not None})
         producer_ids = sorted(self.checker.issued)
         for group in group_ids:
@@ -672,9 +675,10 @@ class Simulation:
             busy.append(f"clients {[i.label for i in self.instances]}")
         if self.network:
             busy.append(f"{len(self.network)} messages")
-        if self.broker.tasks or self.broker.waiters:
-            tasks = [label for label, _ in self.broker.tasks]
-            busy.append(f"broker work {tasks} {[w.label for w in self.broker.waiters]}")
+        broker = self.broker
+        if broker.tasks or broker.waiters or broker.timers:
+            tasks = [label for label, _ in broker.tasks] + [t.label for t in broker.timers]
+            busy.append(f"broker work {tasks} {[w.label for w in broker.waiters]}")
         if self.round is not None or any(log.dirty for _, log in self.storage.logs()):
             busy.append("unflushed logs")
         if self._open_transactions():
