@@ -20,13 +20,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.faults import crash_point, raise_point
 from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.coordinator_result import CoordinatorResult, MarkerJob, Record
+from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.records.record import DecodedBatch
 from onceflow.txn.coordinator import OFFSETS_TOPIC, TransactionCoordinator
@@ -67,17 +68,26 @@ class Durable:
     error: BaseException | None = None
 
 
+@dataclass(frozen=True)
+class BatchProducer:
+    """Whose batch a coordinator appends: nobody's (-1), or a transactional producer's
+    (TxnOffsetCommit: the offsets stay pending until that transaction's marker)."""
+
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+    @property
+    def transactional(self) -> bool:
+        return self.producer_id >= 0
+
+
+NO_PRODUCER = BatchProducer()
+
+
 class CoordinatorLog(Protocol):
     """A coordinator's own log (`__transaction_state`, `__consumer_offsets`)."""
 
-    def append(
-        self,
-        records: Sequence[Record],
-        *,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
-        transactional: bool = False,
-    ) -> Position:
+    def append(self, records: Sequence[Record], producer: BatchProducer) -> Position:
         """Append the records as one batch; raises if they were not written."""
         ...
 
@@ -94,10 +104,6 @@ class MarkerWriter(Protocol):
     def append_marker(self, topic: str, index: int, job: MarkerJob) -> Position | None:
         """Append the job's marker to a partition; None if the partition is gone. Raises
         TxnError (nothing written) when the partition refuses it (a newer epoch wrote there)."""
-        ...
-
-    def markers_durable(self, partitions: Sequence[tuple[str, int]]) -> None:
-        """The markers on these partitions are durable (their readers may move on)."""
         ...
 
 
@@ -119,22 +125,7 @@ class Timer(Protocol):
         ...
 
 
-class OffsetsShard(Protocol):
-    """What the runtime needs of the group coordinator: its records and its markers."""
-
-    def replay(
-        self,
-        key: bytes,
-        value: bytes | None,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
-        transactional: bool = False,
-    ) -> None: ...
-
-    def complete_transaction(self, producer_id: int, commit: bool) -> Any: ...
-
-
-def replay_offsets_batch(groups: OffsetsShard, batch: DecodedBatch) -> None:
+def replay_offsets_batch(groups: GroupCoordinator, batch: DecodedBatch) -> None:
     """One batch of `__consumer_offsets` read back: a marker settles its producer's pending
     offsets, records replay (transactional ones pending until their marker)."""
     header = batch.header
@@ -201,31 +192,22 @@ def _raise(error: BaseException) -> None:
     raise error
 
 
+@dataclass(eq=False)
 class CoordinatorRuntime:
-    def __init__(
-        self,
-        coordinator: TransactionCoordinator,
-        groups: OffsetsShard,
-        *,
-        transaction_log: CoordinatorLog,
-        offsets_log: CoordinatorLog,
-        partitions: MarkerWriter,
-        durability: Durability,
-        timer: Timer,
-        on_error: Callable[[BaseException], None] = _raise,
-    ) -> None:
-        """`on_error` sees every exception of a write before it is answered or retried: the
-        broker halts on a storage failure there, the simulation raises it."""
-        self.coordinator = coordinator
-        self.groups = groups
-        self.transaction_log = transaction_log
-        self.offsets_log = offsets_log
-        self.partitions = partitions
-        self.durability = durability
-        self.timer = timer
-        self._on_error = on_error
-        self._marker_runs: dict[str, _MarkerRun] = {}
-        self._stopping = False
+    """Drives the two coordinators (the shards) over the interfaces given."""
+
+    coordinator: TransactionCoordinator
+    groups: GroupCoordinator
+    transaction_log: CoordinatorLog
+    offsets_log: CoordinatorLog
+    partitions: MarkerWriter
+    durability: Durability
+    timer: Timer
+    # Sees every exception of a write before it is answered or retried: the broker halts on
+    # a storage failure there, the simulation raises it.
+    on_error: Callable[[BaseException], None] = _raise
+    _marker_runs: dict[str, _MarkerRun] = field(default_factory=dict)
+    _stopping: bool = False
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -277,9 +259,9 @@ class CoordinatorRuntime:
             reply.answer(result.response)
             return
         try:
-            position = self.transaction_log.append(result.records)
+            position = self.transaction_log.append(result.records, NO_PRODUCER)
         except Exception as e:
-            self._on_error(e)  # a write that failed half-way: the broker restarts from the disk
+            self.on_error(e)  # a write that failed half-way: the broker restarts from the disk
             # Surely not written (a closed log, a batch too large): forget the transition,
             # or the id would answer CONCURRENT_TRANSACTIONS forever.
             if result.transactional_id is not None:
@@ -329,6 +311,22 @@ class CoordinatorRuntime:
             self._spawn_markers(result.markers)
         reply.answer(result.response)
 
+    def verify_partition(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        topic: str,
+        index: int,
+    ) -> bool:
+        """KIP-890: is this partition in the producer's ongoing transaction?"""
+        if not transactional_id:
+            return False
+        error = self.coordinator.is_in_transaction(
+            transactional_id, producer_id, producer_epoch, topic, index
+        )
+        return error == ErrorCode.none
+
     def expire(self) -> list[CoordinatorResult[ErrorCode]]:
         """Abort transactions past their timeout; expire idle transactional ids (Kafka's
         abortTimedOutTransactions and removeExpiredTransactionalIds). Returns what it ran."""
@@ -358,13 +356,8 @@ class CoordinatorRuntime:
         pending until its transaction's marker, as `load_offsets` replays them after a restart.
         An append that fails raises here (nothing was written).
         """
-        transactional = producer_id >= 0
-        position = self.offsets_log.append(
-            records,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transactional=transactional,
-        )
+        producer = BatchProducer(producer_id, producer_epoch)
+        position = self.offsets_log.append(records, producer)
 
         def durable(outcome: Durable) -> None:
             # Written: the state must follow the log, never answered as if nothing was written.
@@ -372,7 +365,7 @@ class CoordinatorRuntime:
                 fail(outcome.error)
                 return
             for key, value in records:
-                self.groups.replay(key, value, producer_id, producer_epoch, transactional)
+                self.groups.replay(key, value, producer_id, producer_epoch, producer.transactional)
             respond()
 
         self.durability.when_durable([position], durable)
@@ -405,7 +398,6 @@ class CoordinatorRuntime:
     def _write_markers(self, run: _MarkerRun) -> None:
         job = run.job
         positions: list[Position] = []
-        marked: list[tuple[str, int]] = []
         offsets = False
         try:
             raise_point("txn.markers")
@@ -430,25 +422,22 @@ class CoordinatorRuntime:
                 if position is None:
                     continue  # the topic was deleted since: nothing left to mark
                 positions.append(position)
-                marked.append((topic, index))
                 crash_point("txn.after-marker")
         except Exception as e:
             self._markers_done(run, e)
             return
         # Complete* may only follow durable markers (a partition deleted since needs none).
         self.durability.when_durable(
-            positions, lambda outcome: self._markers_durable(run, marked, offsets, outcome)
+            positions, lambda outcome: self._markers_durable(run, offsets, outcome)
         )
 
-    def _markers_durable(
-        self, run: _MarkerRun, marked: list[tuple[str, int]], offsets: bool, outcome: Durable
-    ) -> None:
+    def _markers_durable(self, run: _MarkerRun, offsets: bool, outcome: Durable) -> None:
         if outcome.error is not None:
             self._markers_done(run, outcome.error)
             return
         job = run.job
         try:
-            self.partitions.markers_durable(marked)
+            # (each partition woke its readers itself when its high watermark moved)
             if offsets:
                 self.groups.complete_transaction(job.producer_id, job.commit)
             crash_point("txn.before-complete")
@@ -471,7 +460,7 @@ class CoordinatorRuntime:
             waiter()
         if error is None:
             return
-        self._on_error(error)
+        self.on_error(error)
         # Else the transaction would hang in Prepare* (and pin the last stable offset): write
         # its markers again after a pause, as Kafka's marker channel retries.
         meta = self.coordinator.get(job.transactional_id)

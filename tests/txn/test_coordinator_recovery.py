@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 from kio.schema.errors import ErrorCode
+from tests.txn.coordinator_harness import Producer, SimulatedBroker
 
 from onceflow.txn.coordinator import CoordinatorResult, MarkerJob, TransactionCoordinator
 from onceflow.txn.transaction_log import (
@@ -24,11 +25,6 @@ from onceflow.txn.transaction_log import (
 )
 from onceflow.txn.transaction_metadata import TransactionMetadata
 from onceflow.txn.transaction_state import TransactionState
-
-try:  # tests/txn may or may not become a package
-    from tests.txn.test_coordinator_harness import Producer, SimulatedBroker
-except ImportError:
-    from test_coordinator_harness import Producer, SimulatedBroker  # type: ignore[no-redef]
 
 T = TypeVar("T")
 S = TransactionState

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from kio.schema.errors import ErrorCode
+from tests.txn.coordinator_harness import SimulatedBroker
 
 from onceflow.clock import ManualClock
 from onceflow.txn.coordinator import CoordinatorResult, TransactionCoordinator
@@ -31,11 +32,6 @@ from onceflow.txn.transaction_log import (
     decode_value,
 )
 from onceflow.txn.transaction_state import TransactionState
-
-try:  # tests/txn may or may not become a package
-    from tests.txn.test_coordinator_harness import SimulatedBroker
-except ImportError:
-    from test_coordinator_harness import SimulatedBroker  # type: ignore[no-redef]
 
 S = TransactionState
 TXN_IDS = ("t0", "t1", "t2")

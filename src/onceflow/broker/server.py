@@ -333,10 +333,10 @@ class Broker:
     # -- durability -------------------------------------------------------------------------
 
     def make_durable(self, partitions: list[Partition]) -> asyncio.Future[None]:
-        """Start (or join) a group-commit round for these partitions; readers are woken when
-        the high watermark moves. A failed fsync halts the broker (durability.py); partitions
-        that could not be made durable raise PartitionsNotDurableError with their error codes
-        (the others are durable and their readers woken)."""
+        """Start (or join) a group-commit round for these partitions; each wakes its readers
+        itself when its high watermark moves (Partition._high_watermark_moved). A failed fsync
+        halts the broker (durability.py); partitions that could not be made durable raise
+        PartitionsNotDurableError with their error codes (the others are durable)."""
         future = asyncio.ensure_future(self._durable(partitions))
         future.add_done_callback(_retrieve)
         return future
@@ -358,8 +358,6 @@ class Broker:
                 # Deleted while the round ran: Kafka answers a produce waiting on a deleted
                 # partition so (DelayedProduce, getPartitionOrError).
                 errors[(p.topic, p.index)] = ErrorCode.unknown_topic_or_partition
-                continue
-            p.notify()
         if errors:
             raise PartitionsNotDurableError(errors)
 

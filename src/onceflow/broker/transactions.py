@@ -14,8 +14,6 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kio.schema.errors import ErrorCode
-
 from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.durability import until_durable
 from onceflow.broker.faults import delay_point
@@ -24,6 +22,7 @@ from onceflow.coordinator_result import MarkerJob, Record
 from onceflow.coordinator_runtime import (
     HELD_REQUEST_TIMEOUT_S,
     MARKER_RETRY_S,
+    BatchProducer,
     CoordinatorRuntime,
     CoordinatorUnavailableError,
     Durable,
@@ -58,19 +57,12 @@ class _Log:
     def __init__(self, log: CoordinatorLog) -> None:
         self._log = log
 
-    def append(
-        self,
-        records: Sequence[Record],
-        *,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
-        transactional: bool = False,
-    ) -> PartitionLog:
+    def append(self, records: Sequence[Record], producer: BatchProducer) -> PartitionLog:
         self._log.append(
             records,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transactional=transactional,
+            producer_id=producer.producer_id,
+            producer_epoch=producer.producer_epoch,
+            transactional=producer.transactional,
         )
         return self._log.log
 
@@ -99,12 +91,6 @@ class _Partitions:
             self._broker.clock(),
         )
         return partition.log
-
-    def markers_durable(self, partitions: Sequence[tuple[str, int]]) -> None:
-        for topic, index in partitions:
-            partition = self._broker.topics.partition(topic, index)
-            if partition is not None:
-                partition.notify()
 
 
 class _EventLoop:
@@ -192,6 +178,8 @@ class Transactions:
             timer=self._loop,
             on_error=halt_on_storage_error,
         )
+        # KIP-890: is this partition in the producer's ongoing transaction? (TxnOffsetCommit)
+        self.verify_partition = self.runtime.verify_partition
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -249,24 +237,6 @@ class Transactions:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.runtime.when_markers_done(transactional_id or "", lambda: _resolver(done)(None))
         return done
-
-    # -- the produce path -------------------------------------------------------------------
-
-    def verify_partition(
-        self,
-        transactional_id: str | None,
-        producer_id: int,
-        producer_epoch: int,
-        topic: str,
-        index: int,
-    ) -> bool:
-        """KIP-890: is this partition in the producer's ongoing transaction?"""
-        if not transactional_id:
-            return False
-        error = self.coordinator.is_in_transaction(
-            transactional_id, producer_id, producer_epoch, topic, index
-        )
-        return error == ErrorCode.none
 
     # -- timers -----------------------------------------------------------------------------
 

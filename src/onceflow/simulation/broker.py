@@ -4,10 +4,11 @@ logs, with every asynchronous wait turned into an event the scheduler runs.
 What runs is the broker's code: `Partition.append_records` for Produce (validation, KIP-890
 verification, idempotence checks, append, producer state), `onceflow.coordinator_runtime` for
 every coordinator result (append -> durable -> replay -> answer -> markers -> Complete*, the
-held-request bound, marker retries, TxnOffsetCommit, loading at start-up and in-doubt
-transactions). This module only implements the runtime's interfaces for the scheduler: logs in
-memory (`SimulatedLog`), durability as waiters released by simulated fsync rounds, tasks and
-timers as events. Start-up opens every partition as `Partition.open` does.
+held-request bound, TxnOffsetCommit, loading at start-up and in-doubt transactions). This
+module only implements the runtime's interfaces for the scheduler: logs in memory
+(`SimulatedLog`), durability as waiters released by simulated fsync rounds, tasks and timers as
+events. Nothing may fail to be written here, so any exception the runtime meets is raised (a
+failing seed), never retried. Start-up opens every partition as `Partition.open` does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +28,7 @@ from onceflow.broker.partition import Partition
 from onceflow.clock import Clock
 from onceflow.coordinator_result import MarkerJob, Record
 from onceflow.coordinator_runtime import (
+    BatchProducer,
     CoordinatorRuntime,
     CoordinatorUnavailableError,
     Durable,
@@ -114,6 +117,11 @@ class Storage:
     txn_log: SimulatedLog
     offsets_log: SimulatedLog
 
+    @cached_property
+    def all_logs(self) -> list[SimulatedLog]:
+        """Every log (the set never changes), for the per-step checks."""
+        return [log for _, log in self.logs()]
+
     def logs(self) -> list[tuple[str, SimulatedLog]]:
         named = [(f"{t}-{i}", log) for (t, i), log in self.partitions.items()]
         return [
@@ -151,19 +159,12 @@ class _CoordinatorLog:
         self.clock = clock
         self.applied = applied
 
-    def append(
-        self,
-        records: Sequence[Record],
-        *,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
-        transactional: bool = False,
-    ) -> Position:
+    def append(self, records: Sequence[Record], producer: BatchProducer) -> Position:
         data = build_batch(
             [(key, value, (), self.clock()) for key, value in records],
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transactional=transactional,
+            producer_id=producer.producer_id,
+            producer_epoch=producer.producer_epoch,
+            transactional=producer.transactional,
         )
         return self._append(data)
 
@@ -291,52 +292,11 @@ class SimBroker:
         self.observer.appended((topic, index), list(log.iter_stored(before)))
         return Position(log, log.log_end_offset)
 
-    def markers_durable(self, partitions: Sequence[tuple[str, int]]) -> None:
-        for tp in partitions:
-            self.partitions[tp].notify()
-
     # -- requests ----------------------------------------------------------------------------
 
     def handle(self, request: object, reply: Reply) -> None:
         if isinstance(request, Produce):
             self._produce(request, reply)
-        elif isinstance(request, InitProducerId):
-            result = self.coordinator.init_producer_id(
-                request.transactional_id,
-                request.timeout_ms,
-                request.producer_id,
-                request.producer_epoch,
-            )
-            self.run(result, reply, _init_answer, lambda e: _init_answer(InitProducerIdResponse(e)))
-        elif isinstance(request, AddPartitions):
-            add = self.coordinator.add_partitions(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                list(request.partitions),
-            )
-            self.run(
-                add,
-                reply,
-                _partitions_answer,
-                lambda e: _partitions_answer(dict.fromkeys(request.partitions, e)),
-            )
-        elif isinstance(request, AddOffsets):
-            offsets = self.coordinator.add_offsets(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                request.group_id,
-            )
-            self.run(offsets, reply, _simple_answer(25), _simple_answer(25))
-        elif isinstance(request, EndTxn):
-            end = self.coordinator.end_txn(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                request.commit,
-            )
-            self.run(end, reply, _simple_answer(26), _simple_answer(26))
         elif isinstance(request, TxnOffsetCommit):
             self._txn_offset_commit(request, reply)
         elif isinstance(request, OffsetFetch):
@@ -344,6 +304,32 @@ class SimBroker:
                 request.group_id, list(request.partitions), request.require_stable
             )
             reply(Answer(ErrorCode.none, offsets))
+        else:
+            self._transaction_request(request, reply)
+
+    def _transaction_request(self, request: object, reply: Reply) -> None:
+        """The transaction coordinator's requests, as broker/handlers/transactions.py handles
+        them (errors as the newest clients see them)."""
+        coordinator = self.coordinator
+        result: CoordinatorResult[Any]
+        if isinstance(request, InitProducerId):
+            result = coordinator.init_producer_id(
+                request.transactional_id,
+                request.timeout_ms,
+                request.producer_id,
+                request.producer_epoch,
+            )
+            self.run(result, reply, _init_answer, lambda e: _init_answer(InitProducerIdResponse(e)))
+        elif isinstance(request, AddPartitions):
+            result = coordinator.add_partitions(*request.producer, list(request.partitions))
+            refused = lambda e: _partitions_answer(dict.fromkeys(request.partitions, e))  # noqa: E731
+            self.run(result, reply, _partitions_answer, refused)
+        elif isinstance(request, AddOffsets):
+            result = coordinator.add_offsets(*request.producer, request.group_id)
+            self.run(result, reply, _simple_answer(25), _simple_answer(25))
+        elif isinstance(request, EndTxn):
+            result = coordinator.end_txn(*request.producer, request.commit)
+            self.run(result, reply, _simple_answer(26), _simple_answer(26))
         else:
             raise TypeError(f"unknown request {request!r}")
 
@@ -379,7 +365,6 @@ class SimBroker:
             self.observer.appended(request.partition, list(log.iter_stored(before)))
 
         def answer() -> None:
-            partition.notify()
             reply(Answer(ErrorCode.none, appended.first_offset))
 
         waiter = Waiter([Position(log, log.log_end_offset)], answer, f"produce {request.partition}")
@@ -388,27 +373,9 @@ class SimBroker:
         else:
             self.waiters.append(waiter)
 
-    def verify_partition(
-        self,
-        transactional_id: str | None,
-        producer_id: int,
-        producer_epoch: int,
-        topic: str,
-        index: int,
-    ) -> bool:
-        """Transactions.verify_partition (KIP-890), for TxnOffsetCommit."""
-        if not transactional_id:
-            return False
-        error = self.coordinator.is_in_transaction(
-            transactional_id, producer_id, producer_epoch, topic, index
-        )
-        return error == ErrorCode.none
-
     def _txn_offset_commit(self, request: TxnOffsetCommit, reply: Reply) -> None:
         offsets = {tp: OffsetAndMetadata(offset) for tp, offset in request.offsets}
-        if not self.verify_partition(
-            request.transactional_id, request.producer_id, request.producer_epoch, OFFSETS_TOPIC, 0
-        ):
+        if not self.runtime.verify_partition(*request.producer, OFFSETS_TOPIC, 0):
             meta = self.coordinator.get(request.transactional_id)
             error = ErrorCode.invalid_txn_state
             if meta is None or meta.producer_id != request.producer_id:

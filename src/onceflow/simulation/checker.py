@@ -107,9 +107,14 @@ class PartitionAudit:
             self.open[pid] = (first, epochs)
 
     def first_unstable(self, high_watermark: int) -> int | None:
-        """First offset of a transaction whose marker is not yet below the high watermark."""
+        """First offset of a transaction whose marker is not yet below the high watermark.
+
+        Transactions whose marker is below it are forgotten: the high watermark never goes
+        down (check_partitions checks it), so they never count again."""
+        if self.closed and self.closed[0][1] < high_watermark:
+            self.closed = [t for t in self.closed if t[1] >= high_watermark]
         firsts = [first for first, _ in self.open.values()]
-        firsts += [first for first, marker in self.closed if marker >= high_watermark]
+        firsts += [first for first, _ in self.closed]
         return min(firsts, default=None)
 
 

@@ -219,7 +219,7 @@ class Simulation:
         self.step_no += 1
         self.clock.advance(self.rng.randint(0, 20))
         actions = self._actions(quiescing)
-        total = sum(action[0] for action in actions)
+        total = sum([action[0] for action in actions])
         pick = self.rng.random() * total
         chosen = actions[-1]
         for candidate in actions:
@@ -238,18 +238,20 @@ class Simulation:
 
     def _actions(self, quiescing: bool) -> list[Action]:
         actions: list[Action] = []
+        held = self._held()
+        in_network = {id(m.instance) for m in self.network}
         for inst in self.instances:
             if inst.to_send is not None:
                 actions.append((3.0, "send", inst, lambda i=inst: self._send(i)))
             if inst.waiting is not None:
-                lost = not self._held() and not any(m.instance is inst for m in self.network)
+                lost = not held and id(inst) not in in_network
                 weight = 4.0 if lost else (0.0 if quiescing else 0.2)
                 if weight:
                     actions.append((weight, "timeout", inst, lambda i=inst: self._timeout(i)))
         for message in self.network:
             kind = "deliver-request" if message.to_broker else "deliver-response"
             actions.append((3.0, kind, message.instance, lambda m=message: self._deliver(m)))
-        if self.round is None and any(log.dirty for _, log in self.storage.logs()):
+        if self.round is None and any(log.dirty for log in self.storage.all_logs):
             actions.append((2.0, "fsync-start", None, self._fsync_start))
         if self.round is not None:
             actions.append((2.0, "fsync-finish", None, self._fsync_finish))
@@ -436,7 +438,7 @@ class Simulation:
     # -- the broker's background work ------------------------------------------------------
 
     def _fsync_start(self) -> None:
-        self.round = [(log, log.prepare_flush()) for _, log in self.storage.logs() if log.dirty]
+        self.round = [(log, log.prepare_flush()) for log in self.storage.all_logs if log.dirty]
 
     def _fsync_finish(self) -> None:
         assert self.round is not None
@@ -679,7 +681,7 @@ class Simulation:
         if broker.tasks or broker.waiters or broker.timers:
             tasks = [label for label, _ in broker.tasks] + [t.label for t in broker.timers]
             busy.append(f"broker work {tasks} {[w.label for w in broker.waiters]}")
-        if self.round is not None or any(log.dirty for _, log in self.storage.logs()):
+        if self.round is not None or any(log.dirty for log in self.storage.all_logs):
             busy.append("unflushed logs")
         if self._open_transactions():
             busy.append(f"open transactions {self._open_transactions()}")

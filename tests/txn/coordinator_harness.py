@@ -4,7 +4,7 @@
 and the simulation run) with the runtime's interfaces in memory: the transaction log is a list
 of records, an append is durable at once (or, with `hold`, when `release` says so), marker jobs
 and timers wait until the test runs them. Restart = a new coordinator and runtime that replay
-the durable log and re-drive in_doubt(). No tests here.
+the durable log and re-drive in_doubt(). A helper module: no tests here.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.clock import ManualClock
 from onceflow.coordinator_runtime import (
+    BatchProducer,
     CoordinatorRuntime,
     CoordinatorUnavailableError,
     Durable,
 )
+from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.txn.coordinator import (
     CoordinatorResult,
     InitProducerIdResponse,
@@ -49,26 +51,18 @@ class Producer:
 
 @dataclass
 class OffsetsLog:
-    """`__consumer_offsets` in memory: the markers the runtime appends, the settled
-    transactions (the group coordinator's side)."""
+    """`__consumer_offsets` in memory: the markers the runtime appends there."""
 
     markers: list[tuple[int, bool]] = field(default_factory=list)
-    settled: list[tuple[int, bool]] = field(default_factory=list)
 
-    def append(self, records: Sequence[Record], **_batch: Any) -> int:
-        raise AssertionError("the transaction coordinator writes no offsets")
+    def append(self, records: Sequence[Record], producer: BatchProducer) -> int:
+        raise AssertionError("these tests commit no offsets")
 
     def append_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
     ) -> int:
         self.markers.append((producer_id, commit))
         return len(self.markers)
-
-    def replay(self, *_record: Any) -> None:
-        raise AssertionError("the transaction coordinator writes no offsets")
-
-    def complete_transaction(self, producer_id: int, commit: bool) -> None:
-        self.settled.append((producer_id, commit))
 
 
 @dataclass
@@ -102,7 +96,7 @@ class SimulatedBroker:
         self.coordinator = TransactionCoordinator(self.clock, **self.config)
         self.runtime = CoordinatorRuntime(
             self.coordinator,
-            self.offsets,
+            GroupCoordinator(self.clock),
             transaction_log=self,
             offsets_log=self.offsets,
             partitions=self,
@@ -113,7 +107,7 @@ class SimulatedBroker:
 
     # -- the runtime's interfaces -----------------------------------------------------------
 
-    def append(self, records: Sequence[Record], **_batch: Any) -> tuple[str, int]:
+    def append(self, records: Sequence[Record], producer: BatchProducer) -> tuple[str, int]:
         if self.fail_appends:
             self.fail_appends -= 1
             raise AppendFailedError("the append failed")
@@ -125,9 +119,6 @@ class SimulatedBroker:
     def append_marker(self, topic: str, index: int, job: MarkerJob) -> tuple[str, int]:
         self.markers.append((topic, index, job))
         return ("markers", len(self.markers))
-
-    def markers_durable(self, partitions: Sequence[tuple[str, int]]) -> None:
-        """Nobody reads the partitions here."""
 
     def when_durable(self, positions: Sequence[Any], then: Callable[[Durable], None]) -> None:
         if self.hold:
