@@ -156,7 +156,8 @@ def records_of(batches: Iterable[DecodedBatch]) -> Iterator[Record]:
 
 @dataclass(eq=False)
 class _Reply(Generic[T]):
-    """The one answer of a request: the first of respond/fail wins; later ones are logged."""
+    """The one answer of a request: the first of respond/fail wins, later ones are dropped
+    (a failure is logged where it happens)."""
 
     respond: Callable[[T], None]
     fail: Callable[[Exception], None]

@@ -184,6 +184,9 @@ class Checker:
         self.issued: dict[int, int] = {}
         self.lso: dict[TopicPartition, int] = {}
         self.hw: dict[TopicPartition, int] = {}
+        # What each partition was last checked at: (partition, log end, high watermark). Its
+        # last stable offset and the audit change only with one of them.
+        self._checked: dict[TopicPartition, tuple[Partition, int, int]] = {}
         self.reader_position: dict[TopicPartition, int] = {}
         self.read: dict[TopicPartition, list[ReadRecord]] = {}
         self.read_values: set[int] = set()
@@ -242,6 +245,10 @@ class Checker:
     def check_partitions(self, partitions: dict[TopicPartition, Partition]) -> None:
         for tp, partition in partitions.items():
             hw = partition.high_watermark
+            seen = (partition, partition.log.log_end_offset, hw)
+            if self._checked.get(tp) == seen:
+                continue
+            self._checked[tp] = seen
             lso = partition.last_stable_offset
             if lso > hw:
                 raise InvariantViolation(
@@ -363,6 +370,7 @@ class Checker:
 
     def rebuild_audits(self, logs: dict[TopicPartition, SimulatedLog]) -> None:
         self.audits = {tp: audit_log(tp, log) for tp, log in logs.items()}
+        self._checked.clear()
 
     # -- at the end ------------------------------------------------------------------------
 

@@ -248,16 +248,17 @@ class Simulation:
                 weight = 4.0 if lost else (0.0 if quiescing else 0.2)
                 if weight:
                     actions.append((weight, "timeout", inst, lambda i=inst: self._timeout(i)))
+        deliver = self._deliver
         for message in self.network:
             kind = "deliver-request" if message.to_broker else "deliver-response"
-            actions.append((3.0, kind, message.instance, lambda m=message: self._deliver(m)))
+            actions.append((3.0, kind, message.instance, lambda m=message: deliver(m)))
         if self.round is None and any(log.dirty for log in self.storage.all_logs):
             actions.append((2.0, "fsync-start", None, self._fsync_start))
         if self.round is not None:
             actions.append((2.0, "fsync-finish", None, self._fsync_finish))
         for index, (label, _) in enumerate(self.broker.tasks):
             actions.append((2.0, "task", label, lambda i=index: self._run_task(i)))
-        for timer in self.broker.due_timers():
+        for timer in self.broker.due_timers() if self.broker.timers else ():
             actions.append((2.0, "timer-due", timer.label, lambda t=timer: self.broker.fire(t)))
         actions.append((0.3, "timer", None, self._timer))
         actions.append((1.0, "poll", None, self._poll))
@@ -268,7 +269,11 @@ class Simulation:
                 actions.append((f.crash * 10, "crash", None, self._crash))
             if f.clock_jump:
                 actions.append((f.clock_jump * 10, "clock-jump", None, self._clock_jump))
-            live = [i for i in self.instances if not i.handle.zombie]
+            live = (
+                [i for i in self.instances if not i.handle.zombie]
+                if f.client_crash or f.client_pause
+                else []
+            )
             if f.client_crash and live:
                 crash = lambda: self._client_crash(live)  # noqa: E731
                 actions.append((f.client_crash * 10, "client-crash", None, crash))

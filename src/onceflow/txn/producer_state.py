@@ -409,14 +409,14 @@ class ProducerStateManager:
         A pure read: a closed transaction whose marker is below `high_watermark` is stable
         whether or not on_high_watermark (the partition's, when a flush completes) saw it yet.
         """
-        candidates = [high_watermark]
+        stable = high_watermark
         if self._ongoing_offsets:
-            candidates.append(self._ongoing_offsets[0])
+            stable = min(stable, self._ongoing_offsets[0])
         # sorted by first offset: the first one whose marker is not yet durable
-        pending = next((t[0] for t in self._unreplicated if t[1] >= high_watermark), None)
-        if pending is not None:
-            candidates.append(pending)
-        return min(candidates)
+        for first_offset, marker_offset in self._unreplicated:
+            if marker_offset >= high_watermark:
+                return min(stable, first_offset)
+        return stable
 
     # -- inspection ---------------------------------------------------------------------------
 
