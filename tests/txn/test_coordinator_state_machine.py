@@ -126,7 +126,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         """The held-request bound passes (the client is answered, the write goes on), or a
         marker retry comes."""
         if self.broker.timers:
-            _, callback = self.broker.timers.pop(index % len(self.broker.timers))
+            label, callback = self.broker.timers.pop(index % len(self.broker.timers))
+            event(f"timer: {label}")
             callback()
 
     def check_record(self, key: bytes, raw: bytes | None) -> None:
