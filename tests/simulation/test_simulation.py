@@ -17,7 +17,7 @@ from onceflow.txn.aborted_index import AbortedTxnIndex
 from onceflow.txn.coordinator import TransactionCoordinator
 from onceflow.txn.producer_state import ProducerStateManager
 
-SEEDS = 2000
+SEEDS = 5000
 CHUNK = 100
 # Seeds that once failed; they run whatever SEEDS is.
 # 50323: a timed-out EndTxn(commit) copy delivered in the next transaction committed it early

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from kio.schema.errors import ErrorCode
+from tests.txn.coordinator_harness import TIMEOUT_MS, Producer, SimulatedBroker
 
 from onceflow.protocol.api_key import ApiKey
 from onceflow.txn.coordinator import (
@@ -21,15 +22,6 @@ from onceflow.txn.transaction_state import (
     TransactionState,
     unknown_state_filters,
 )
-
-try:  # tests/txn may or may not become a package
-    from tests.txn.test_coordinator_harness import TIMEOUT_MS, Producer, SimulatedBroker
-except ImportError:
-    from test_coordinator_harness import (  # type: ignore[no-redef]
-        TIMEOUT_MS,
-        Producer,
-        SimulatedBroker,
-    )
 
 S = TransactionState
 T0 = ("topic", 0)

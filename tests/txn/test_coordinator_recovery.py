@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 from kio.schema.errors import ErrorCode
+from tests.txn.coordinator_harness import Producer, SimulatedBroker
 
 from onceflow.txn.coordinator import CoordinatorResult, MarkerJob, TransactionCoordinator
 from onceflow.txn.transaction_log import (
@@ -24,11 +25,6 @@ from onceflow.txn.transaction_log import (
 )
 from onceflow.txn.transaction_metadata import TransactionMetadata
 from onceflow.txn.transaction_state import TransactionState
-
-try:  # tests/txn may or may not become a package
-    from tests.txn.test_coordinator_harness import Producer, SimulatedBroker
-except ImportError:
-    from test_coordinator_harness import Producer, SimulatedBroker  # type: ignore[no-redef]
 
 T = TypeVar("T")
 S = TransactionState
@@ -54,23 +50,24 @@ class RecordingBroker(SimulatedBroker):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.snapshots.append(Snapshot({}, set()))
+        replay = self.coordinator.replay
 
-    def write(self, result: CoordinatorResult[T]) -> T:
-        for record in result.records:
-            self.log.append(record)
-            self.coordinator.replay(*record)
+        def replay_and_snapshot(key: bytes, value: bytes | None) -> None:
+            replay(key, value)
             self.snapshots.append(
                 Snapshot(dict(self.coordinator.transactions()), set(self.answered))
             )
-        if result.markers is not None:
-            self.marker_queue.append(result.markers)
-        response: Any = result.response
+
+        self.coordinator.replay = replay_and_snapshot  # type: ignore[method-assign]
+
+    def write(self, result: CoordinatorResult[T]) -> T:
+        response: Any = super().write(result)
         pid = getattr(response, "producer_id", -1)
         if getattr(response, "error", None) == ErrorCode.none and pid >= 0:
             self.answered.add(pid)
             # The answer goes out after the last record: the last snapshot includes it.
             self.snapshots[-1].answered_producer_ids.add(pid)
-        return result.response
+        return response
 
 
 def run_scenario() -> RecordingBroker:
@@ -134,7 +131,7 @@ def run_scenario() -> RecordingBroker:
     g = b.new_producer("g")
     b.add(g, T1)
     b.end(g, False)
-    b.marker_queue.clear()  # the crash comes before any marker is written
+    b.tasks.clear()  # the crash comes before any marker is written
     h = b.new_producer("h")
     b.add(h, T0)  # left Ongoing
     assert len(b.snapshots) == len(b.log) + 1

@@ -21,9 +21,10 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from kio.schema.errors import ErrorCode
+from tests.txn.coordinator_harness import SimulatedBroker
 
 from onceflow.clock import ManualClock
-from onceflow.txn.coordinator import CoordinatorResult, MarkerJob, TransactionCoordinator
+from onceflow.txn.coordinator import CoordinatorResult, TransactionCoordinator
 from onceflow.txn.transaction_log import (
     ProducerIdBlockKey,
     TransactionLogValue,
@@ -59,69 +60,75 @@ class Client:
         return self.producer_id, self.producer_epoch
 
 
-@dataclass
-class InFlight:
-    result: CoordinatorResult[Any]
-    on_answer: Callable[[Any], None]
-    on_failure: Callable[[], None] = lambda: None
-
-
 class CoordinatorMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = ManualClock()
-        self.coordinator = TransactionCoordinator(self.clock, **CONFIG)
-        self.log: list[tuple[bytes, bytes | None]] = []
-        self.in_flight: list[InFlight] = []
-        self.marker_queue: list[MarkerJob] = []
+        # The broker's coordinator runtime over in-memory logs; every record that becomes
+        # durable is checked first.
+        self.broker = SimulatedBroker(self.clock, CONFIG)
+        self.broker.on_durable = lambda record: self.check_record(*record)
+        # The transactional id of each write held by the broker (not yet durable), in order.
+        self.in_flight: list[str | None] = []
         self.clients = {(t, i): Client() for t in TXN_IDS for i in INSTANCES}
         # Who a producer id was handed to (a transactional id, or "idempotent").
         self.pid_owner: dict[int, str] = {}
         self.last_answered: dict[str, tuple[int, int]] = {}
         self.last_record: dict[str, TransactionLogValue | None] = {}
 
+    @property
+    def coordinator(self) -> TransactionCoordinator:
+        return self.broker.coordinator
+
     # -- the broker's part ------------------------------------------------------------------
 
-    def submit(
-        self,
-        result: CoordinatorResult[Any],
-        outcome: str,
-        on_answer: Callable[[Any], None],
-        on_failure: Callable[[], None] = lambda: None,
+    def with_outcome(
+        self, outcome: str, transactional_id: str | None, run: Callable[[], None]
     ) -> None:
-        """Hand a result to the broker: answered at once if it has nothing to write, else its
-        write is decided now (most often a success) or left in flight for later."""
+        """Run `run` (which may append) with the append failing, held until a later
+        complete_a_write, or durable at once."""
+        broker = self.broker
+        broker.hold = outcome == "later"
+        broker.fail_appends = 1 if outcome == "fail" else 0
+        held = len(broker.held)
+        try:
+            run()
+        finally:
+            broker.hold = False
+            broker.fail_appends = 0
+        if len(broker.held) > held:
+            self.in_flight.append(transactional_id)
+
+    def submit(
+        self, result: CoordinatorResult[Any], outcome: str, on_answer: Callable[[Any], None]
+    ) -> None:
+        """Hand a result to the broker's runtime, as a handler does: answered at once if it has
+        nothing to write; else its append fails now, or it is durable now (its answer maybe
+        lost on the way), or it is held for later."""
         if not result.records:
             assert result.transactional_id is None and result.markers is None
-            on_answer(result.response)
-            return
-        flight = InFlight(result, on_answer, on_failure)
-        if outcome == "later":
-            self.in_flight.append(flight)
-        else:
-            self.finish(flight, ok=outcome != "fail", lose_answer=outcome == "lost answer")
+        respond = (lambda _r: None) if outcome == "lost answer" else on_answer
+        self.with_outcome(
+            outcome,
+            result.transactional_id,
+            lambda: self.broker.runtime.run(result, respond, lambda _error: None),
+        )
 
-    def finish(self, flight: InFlight, ok: bool, lose_answer: bool) -> None:
-        result = flight.result
-        if not ok:
-            if result.transactional_id is not None:
-                self.coordinator.abort_pending(result.transactional_id)
-            flight.on_failure()
-            return
-        for key, value in result.records:
-            self.check_record(key, value)
-            self.log.append((key, value))
-            self.coordinator.replay(key, value)
-        if result.markers is not None:
-            self.marker_queue.append(result.markers)
-        if not lose_answer:
-            flight.on_answer(result.response)
-
-    @rule(index=indexes, ok=st.booleans(), lose_answer=st.booleans())
-    def complete_a_write(self, index: int, ok: bool, lose_answer: bool) -> None:
+    @rule(index=indexes)
+    def complete_a_write(self, index: int) -> None:
         if self.in_flight:
-            flight = self.in_flight.pop(index % len(self.in_flight))
-            self.finish(flight, ok, lose_answer)
+            i = index % len(self.in_flight)
+            self.in_flight.pop(i)
+            self.broker.release(i)
+
+    @rule(index=indexes)
+    def fire_a_timer(self, index: int) -> None:
+        """The held-request bound passes (the client is answered, the write goes on), or a
+        marker retry comes."""
+        if self.broker.timers:
+            label, callback = self.broker.timers.pop(index % len(self.broker.timers))
+            event(f"timer: {label}")
+            callback()
 
     def check_record(self, key: bytes, raw: bytes | None) -> None:
         parsed = decode_key(key)
@@ -149,20 +156,20 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     @rule(index=indexes, outcome=write_outcomes)
     def write_markers(self, index: int, outcome: str) -> None:
-        if not self.marker_queue:
+        """One marker job runs: markers, then Complete* (appended as `outcome` says; a failed
+        append is retried by the runtime after a pause, a timer here)."""
+        tasks = self.broker.tasks
+        if not tasks:
             return
-        job = self.marker_queue.pop(index % len(self.marker_queue))
-        result = self.coordinator.markers_written(job.transactional_id, job.producer_epoch)
-        assert result.response == ErrorCode.none, (job, result)
-        self.submit(result, outcome, lambda _r: None, lambda: self.marker_queue.append(job))
+        _, task = tasks.pop(index % len(tasks))
+        # Held, it is the markers that wait; Complete* follows once they are durable.
+        self.with_outcome(outcome, None, task)
 
     @rule()
     def crash_and_reload(self) -> None:
         before = dict(self.coordinator.transactions())
         self.in_flight.clear()
-        self.coordinator = TransactionCoordinator(self.clock, **CONFIG)
-        for key, value in self.log:
-            self.coordinator.replay(key, value)
+        self.broker.restart()
         assert self.coordinator.transactions() == before
         prepared = {
             txn_id
@@ -172,12 +179,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
         in_doubt = self.coordinator.in_doubt()
         event(f"crash with {'some' if in_doubt else 'no'} transaction in doubt")
         assert {job.transactional_id for job in in_doubt} == prepared
+        assert self.broker.marker_queue == in_doubt
         for job in in_doubt:
             value = self.last_record[job.transactional_id]
             assert value is not None
             assert job.commit is (value.state is S.PREPARE_COMMIT)
             assert job.partitions == tuple(sorted(value.partitions))
-        self.marker_queue = in_doubt
 
     @rule(cut=st.integers(min_value=0), drop_tombstones=st.booleans())
     def compact_the_log_and_reload(self, cut: int, drop_tombstones: bool) -> None:
@@ -185,15 +192,16 @@ class CoordinatorMachine(RuleBasedStateMachine):
         runs): below the clean point only the last record of each key stays (a tombstone past
         delete.retention.ms goes too), nothing after it changes; then a crash: the compacted
         log loads to the same transactions and the same ones in doubt."""
-        end = cut % (len(self.log) + 1)
-        last = {key: i for i, (key, _) in enumerate(self.log[:end])}
+        log = self.broker.log
+        end = cut % (len(log) + 1)
+        last = {key: i for i, (key, _) in enumerate(log[:end])}
         kept = [
             (key, value)
-            for i, (key, value) in enumerate(self.log[:end])
+            for i, (key, value) in enumerate(log[:end])
             if last[key] == i and not (drop_tombstones and value is None)
         ]
         event(f"{end} records compacted to {len(kept)}")
-        self.log = kept + self.log[end:]
+        self.broker.log = kept + log[end:]
         self.crash_and_reload()
 
     # -- clients ----------------------------------------------------------------------------
@@ -376,7 +384,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     @invariant()
     def pending_exactly_while_in_flight(self) -> None:
-        in_flight = {f.result.transactional_id for f in self.in_flight} - {None}
+        in_flight = set(self.in_flight) - {None}
         assert {t for t in TXN_IDS if self.coordinator.has_pending(t)} == in_flight
 
     @invariant()

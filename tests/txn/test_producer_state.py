@@ -366,7 +366,10 @@ def test_lso_waits_for_the_marker_to_reach_the_high_watermark(part: Partition) -
     assert part.psm.first_unstable_offset() == 0  # the marker is not durable yet
     assert part.psm.last_stable_offset(3) == 0
     assert part.psm.last_stable_offset(4) == 4
+    assert part.psm.first_unstable_offset() == 0  # a read changes nothing ...
+    part.psm.on_high_watermark(4)  # ... the partition applies a high watermark that moved
     assert part.psm.first_unstable_offset() is None
+    assert part.psm.last_stable_offset(4) == 4
 
 
 # -- replay, expiration, inspection ---------------------------------------------------------

@@ -64,6 +64,10 @@ class Partition:
     # The log cleaner is reading this partition's rolled segments (retention waits).
     cleaning: bool = False
 
+    def __post_init__(self) -> None:
+        # The log says when its flushed offset moves; this partition owns what follows.
+        self.log.on_flushed = self._high_watermark_moved
+
     @classmethod
     def open(
         cls,
@@ -96,6 +100,7 @@ class Partition:
                 control = (control_type == ControlType.COMMIT, coordinator_epoch)
             self._record_completion(self.producers.replay(header, control))
         self.producers.update_map_end_offset(self.log.log_end_offset)
+        self.producers.on_high_watermark(self.high_watermark)
 
     def _record_completion(self, completed: CompletedTxn | None) -> None:
         if completed is not None and completed.is_aborted:
@@ -107,6 +112,13 @@ class Partition:
     def high_watermark(self) -> int:
         """Offsets below it are durable (fsynced, or handed to the OS when fsync is off)."""
         return self.log.flushed_offset
+
+    def _high_watermark_moved(self) -> None:
+        """The one place that follows the high watermark (a completed flush moved it): the
+        transactions whose markers it passed become stable, then the readers waiting on this
+        partition (fetch long-polls) are woken."""
+        self.producers.on_high_watermark(self.high_watermark)
+        self.notify()
 
     @property
     def last_stable_offset(self) -> int:
@@ -266,6 +278,8 @@ class Partition:
         self.aborted.replace_segments([s.base_offset for s in replaced], base)
 
     def notify(self) -> None:
+        """Wake the readers waiting on this partition (the high watermark moved, or the
+        partition was deleted)."""
         for listener in list(self.listeners):
             listener()
 

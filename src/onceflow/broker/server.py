@@ -22,7 +22,6 @@ from onceflow.broker.durability import (
     GroupCommitter,
     NotDurableError,
     PartitionsNotDurableError,
-    until_durable,
 )
 from onceflow.broker.faults import raise_point
 from onceflow.broker.handlers.context import (
@@ -51,7 +50,6 @@ from onceflow.log.file_handles import capacity_for_limit, raise_open_files_limit
 from onceflow.log.file_handles import configure as configure_file_handles
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.messages import Request
-from onceflow.records.control import ControlType, parse_control_record
 from onceflow.security.broker_security import BrokerSecurity
 from onceflow.security.listeners import Listener
 from onceflow.txn.coordinator import OFFSETS_TOPIC
@@ -82,8 +80,6 @@ class Broker:
         self.topics = TopicRegistry(config, clock)
         self.committer = GroupCommitter(enabled=config.fsync)
         self.offsets_log = self.internal_log(OFFSETS_TOPIC, config.offsets_topic_segment_bytes)
-        self.transactions = Transactions(self)
-        self.cleaner = LogCleaner(self)
         self.groups = GroupCoordinator(
             clock,
             GroupCoordinatorConfig.from_properties(
@@ -94,6 +90,8 @@ class Broker:
                 }
             ),
         )
+        self.transactions = Transactions(self)  # after the groups: it settles their offsets
+        self.cleaner = LogCleaner(self)
         self._listeners: list[socket.socket] = []
         self._acceptors: list[asyncio.Task[None]] = []
         self._handshakes: set[asyncio.Task[None]] = set()  # TLS connections being set up
@@ -383,22 +381,7 @@ class Broker:
 
     def _load_offsets(self) -> None:
         """Replay the offsets log (compacted by the log cleaner while the broker runs)."""
-        for batch in self.offsets_log.batches():
-            header = batch.header
-            if header.is_control and not batch.records:
-                continue  # emptied by the cleaner: its transaction's records are gone
-            if header.is_control:
-                commit = parse_control_record(batch.records[0])[0] == ControlType.COMMIT
-                self.groups.complete_transaction(header.producer_id, commit)
-                continue
-            for record in batch.records:
-                self.groups.replay(
-                    record.key or b"",
-                    record.value,
-                    header.producer_id,
-                    header.producer_epoch,
-                    header.is_transactional,
-                )
+        self.transactions.runtime.load_offsets(self.offsets_log.batches())
 
     def write_offsets_records(
         self,
@@ -408,46 +391,25 @@ class Broker:
         producer_id: int = -1,
         producer_epoch: int = -1,
     ) -> Any:
-        """Append a group coordinator's records, then (once durable) replay them and answer.
+        """Append a group coordinator's records, then (once durable) replay them and answer
+        (the coordinator runtime's write_offsets): `response`, or an awaitable of it.
 
         With a producer id (TxnOffsetCommit) they are a transactional batch of that producer,
         pending until its transaction's marker, as `_load_offsets` replays them after a restart.
         """
         if not records:
             return response
-        transactional = producer_id >= 0
-        self.offsets_log.append(
-            records,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transactional=transactional,
+        return self.transactions.write_offsets(
+            records, response, producer_id=producer_id, producer_epoch=producer_epoch
         )
-        return self._replay_when_durable(
-            records, response, producer_id, producer_epoch, transactional
-        )
-
-    async def _replay_when_durable(
-        self,
-        records: list[tuple[bytes, bytes | None]],
-        response: Any,
-        producer_id: int,
-        producer_epoch: int,
-        transactional: bool,
-    ) -> Any:
-        # Written: the state must follow the log, so a round that could not prepare it is
-        # retried (until_durable), never answered as if nothing was written.
-        await until_durable(self.committer, [self.offsets_log.log])
-        for key, value in records:
-            self.groups.replay(key, value, producer_id, producer_epoch, transactional)
-        return response
 
     # -- durability -------------------------------------------------------------------------
 
     def make_durable(self, partitions: list[Partition]) -> asyncio.Future[None]:
-        """Start (or join) a group-commit round for these partitions; readers are woken when
-        the high watermark moves. A failed fsync halts the broker (durability.py); partitions
-        that could not be made durable raise PartitionsNotDurableError with their error codes
-        (the others are durable and their readers woken)."""
+        """Start (or join) a group-commit round for these partitions; each wakes its readers
+        itself when its high watermark moves (Partition._high_watermark_moved). A failed fsync
+        halts the broker (durability.py); partitions that could not be made durable raise
+        PartitionsNotDurableError with their error codes (the others are durable)."""
         future = asyncio.ensure_future(self._durable(partitions))
         future.add_done_callback(_retrieve)
         return future
@@ -469,8 +431,6 @@ class Broker:
                 # Deleted while the round ran: Kafka answers a produce waiting on a deleted
                 # partition so (DelayedProduce, getPartitionOrError).
                 errors[(p.topic, p.index)] = ErrorCode.unknown_topic_or_partition
-                continue
-            p.notify()
         if errors:
             raise PartitionsNotDurableError(errors)
 

@@ -1,9 +1,9 @@
-"""The transaction coordinator at work: its durable log, its markers, its timers.
+"""The coordinators at work in the asyncio broker: the coordinator runtime's interfaces over
+the broker's logs, its group commit and its event loop.
 
-Each coordinator answer goes the same way (Kafka's coordinator runtime): append the records to
-`__transaction_state`, wait until they are durable, replay them into the coordinator, answer;
-then, for a decided transaction, write the COMMIT/ABORT markers to every partition in it (and to
-the offsets log for its consumer offsets), wait until they are durable, and write Complete*.
+The driving itself (append -> durable -> replay -> answer -> markers -> Complete*, marker
+retries, the held-request bound) is `onceflow.coordinator_runtime`, which the deterministic
+simulation runs too; here are only the asyncio side of it and the handlers' entry points.
 After a restart the log is replayed and every transaction found in Prepare* gets its markers
 (again): PrepareCommit is the point of no return.
 """
@@ -11,51 +11,150 @@ After a restart the log is replayed and every transaction found in Prepare* gets
 from __future__ import annotations
 
 import asyncio
-import logging
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kio.schema.errors import ErrorCode
-
+from onceflow.broker.coordinator_log import CoordinatorLog
 from onceflow.broker.durability import until_durable
-from onceflow.broker.faults import crash_point, delay_point, raise_point
-from onceflow.broker.log_limit import RateLimitedLog
+from onceflow.broker.faults import delay_point
 from onceflow.broker.storage_failure import halt_on_storage_error
+from onceflow.coordinator_result import MarkerJob, Record
+from onceflow.coordinator_runtime import (
+    HELD_REQUEST_TIMEOUT_S,
+    MARKER_RETRY_S,
+    BatchProducer,
+    CoordinatorRuntime,
+    CoordinatorUnavailableError,
+    Durable,
+    records_of,
+)
 from onceflow.txn.coordinator import (
     OFFSETS_TOPIC,
     TRANSACTION_STATE_TOPIC,
     CoordinatorResult,
-    MarkerJob,
     TransactionCoordinator,
 )
-from onceflow.txn.errors import TxnError, TxnIndexStorageError
 
 if TYPE_CHECKING:
-    from onceflow.broker.partition import Partition
     from onceflow.broker.server import Broker
+    from onceflow.log.partition_log import PartitionLog
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "HELD_REQUEST_TIMEOUT_S",
+    "MARKER_RETRY_S",
+    "OFFSETS_TOPIC",
+    "CoordinatorUnavailableError",
+    "Transactions",
+]
 
 T = TypeVar("T")
-# The longest a client's coordinator request is held (waiting for markers in flight or for the
-# transaction log to be durable) before a retriable error answers it. Clients wait far longer
-# (librdkafka: socket.timeout.ms, 60 s), so an answer always arrives before they give up.
-HELD_REQUEST_TIMEOUT_S = 5.0
-MARKER_RETRY_S = 0.5
-_marker_errors = RateLimitedLog(log)
 
 
-class CoordinatorUnavailableError(Exception):
-    """The coordinator could not write (or make durable in time) a request's records: the
-    client is answered COORDINATOR_NOT_AVAILABLE, retriable, as Kafka maps a failed append
-    to its transaction log."""
+class _Log:
+    """A coordinator's log as the runtime appends to it; a position is the log itself (a
+    group-commit wait covers everything appended before it)."""
 
-    error_code = ErrorCode.coordinator_not_available
+    def __init__(self, log: CoordinatorLog) -> None:
+        self._log = log
+
+    def append(self, records: Sequence[Record], producer: BatchProducer) -> PartitionLog:
+        self._log.append(
+            records,
+            producer_id=producer.producer_id,
+            producer_epoch=producer.producer_epoch,
+            transactional=producer.transactional,
+        )
+        return self._log.log
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+    ) -> PartitionLog:
+        self._log.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+        return self._log.log
 
 
-def _log_completion_failure(future: asyncio.Future[None]) -> None:
-    # Seen here even when no client waits for it any more (a bounded wait gave up).
-    if not future.cancelled() and future.exception() is not None:
-        log.error("transaction records not completed: %r", future.exception())
+class _Partitions:
+    """The topics' partitions, as the markers reach them."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def append_marker(self, topic: str, index: int, job: MarkerJob) -> PartitionLog | None:
+        partition = self._broker.topics.partition(topic, index)
+        if partition is None:
+            return None
+        partition.append_marker(
+            job.producer_id,
+            job.producer_epoch,
+            job.commit,
+            job.coordinator_epoch,
+            self._broker.clock(),
+        )
+        return partition.log
+
+
+class _EventLoop:
+    """Durability, timers and tasks on the running event loop; all cancelled by stop()."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timers: set[asyncio.TimerHandle] = set()
+
+    def when_durable(
+        self, positions: Sequence[PartitionLog], then: Callable[[Durable], None]
+    ) -> None:
+        # A round that could not prepare a log (EMFILE) is retried (until_durable): the state
+        # must follow records once written; a log closed meanwhile (a deleted topic) is given up.
+        task = self._start(until_durable(self._broker.committer, positions))
+
+        def done(task: asyncio.Task[Any]) -> None:
+            if task.cancelled():
+                return
+            error = task.exception()
+            then(Durable(error=error) if error is not None else Durable(closed=bool(task.result())))
+
+        task.add_done_callback(done)
+
+    def schedule(
+        self, delay_s: float, label: str, callback: Callable[[], None]
+    ) -> Callable[[], None]:
+        handle: asyncio.TimerHandle
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            callback()
+
+        handle = asyncio.get_running_loop().call_later(delay_s, fire)
+        self._timers.add(handle)
+
+        def cancel() -> None:
+            self._timers.discard(handle)
+            handle.cancel()
+
+        return cancel
+
+    def run_soon(self, label: str, callback: Callable[[], None]) -> None:
+        async def markers() -> None:
+            await delay_point("txn.before-markers")
+            callback()
+
+        self._start(markers())
+
+    def _start(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def stop(self) -> None:
+        for handle in list(self._timers):
+            handle.cancel()
+        self._timers.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class Transactions:
@@ -68,87 +167,64 @@ class Transactions:
         self.coordinator = TransactionCoordinator(
             broker.clock, transaction_max_timeout_ms=config.transaction_max_timeout_ms
         )
-        self._marker_tasks: set[asyncio.Task[None]] = set()
-        self._markers_by_id: dict[str, asyncio.Task[None]] = {}
-        self._retries: set[MarkerJob] = set()  # marker jobs waiting to be written again
-        self._stopping = False
+        self._loop = _EventLoop(broker)
+        self.runtime = CoordinatorRuntime(
+            self.coordinator,
+            broker.groups,
+            transaction_log=_Log(self.log),
+            offsets_log=_Log(broker.offsets_log),
+            partitions=_Partitions(broker),
+            durability=self._loop,
+            timer=self._loop,
+            on_error=halt_on_storage_error,
+        )
+        # KIP-890: is this partition in the producer's ongoing transaction? (TxnOffsetCommit)
+        self.verify_partition = self.runtime.verify_partition
 
     # -- loading ----------------------------------------------------------------------------
 
     def load(self) -> None:
         """Replay the transaction log (compacted by the log cleaner while the broker runs)."""
-        for batch in self.log.batches():
-            for record in batch.records:
-                self.coordinator.replay(record.key or b"", record.value)
+        self.runtime.load_transactions(records_of(self.log.batches()))
 
     def complete_in_doubt(self) -> None:
         """Drive transactions found in PrepareCommit/PrepareAbort to completion."""
-        for job in self.coordinator.in_doubt():
-            log.info(
-                "completing in-doubt transaction %r (%s)",
-                job.transactional_id,
-                "commit" if job.commit else "abort",
-            )
-            self._spawn_markers(job)
+        self.runtime.complete_in_doubt()
 
     # -- running coordinator results --------------------------------------------------------
 
     async def run(self, result: CoordinatorResult[T], *, bounded: bool = True) -> T:
-        """Make the result's records durable, replay them, then start its markers.
-
-        As in Kafka, EndTxn is answered once its PrepareCommit/PrepareAbort is durable (the
-        point of no return); the markers and Complete* follow in the background.
-
-        Raises CoordinatorUnavailableError when the records could not be appended (nothing
-        was written: the pending transition is dropped, abort_pending) or, `bounded`, when
-        they are not durable within HELD_REQUEST_TIMEOUT_S: a client's request is never held
-        past what it waits for; the records are written, and replayed once durable.
-        """
+        """CoordinatorRuntime.run, awaited: the response once the records are durable and
+        replayed; raises CoordinatorUnavailableError as it fails."""
         if not result.records:
-            if result.markers is not None:
-                crash_point("txn.after-decision")
-                self._spawn_markers(result.markers)
+            self.runtime.run(result, _no_wait, _no_wait)
             return result.response
-        try:
-            self.log.append(result.records)
-        except Exception as e:
-            halt_on_storage_error(e)  # a write that failed half-way: restart from the disk
-            # Surely not written (a closed log, a batch too large): forget the transition,
-            # or the id would answer CONCURRENT_TRANSACTIONS forever.
-            if result.transactional_id is not None:
-                self.coordinator.abort_pending(result.transactional_id)
-            log.error("transaction log append failed: %r", e)
-            raise CoordinatorUnavailableError(f"transaction log append failed: {e!r}") from e
-        # Written: the rest (durable, replay, markers) goes on even if the client stops waiting.
-        completion = asyncio.ensure_future(self._complete(result))
-        completion.add_done_callback(_log_completion_failure)
-        if bounded:
-            done, _ = await asyncio.wait([completion], timeout=HELD_REQUEST_TIMEOUT_S)
-            if not done:
-                raise CoordinatorUnavailableError(
-                    "transaction log not durable within the request bound"
-                )
-        # Shielded: a client that goes away must not cancel the replay of written records.
-        await asyncio.shield(completion)
-        return result.response
+        answer: asyncio.Future[T] = _future()
+        self.runtime.run(result, _resolver(answer), _rejecter(answer), bounded=bounded)
+        # Shielded: a client that goes away must not cancel anything of the written records.
+        return await asyncio.shield(answer)
 
-    async def _complete(self, result: CoordinatorResult[Any]) -> None:
-        await self._replay_when_durable(result.records)
-        if result.markers is not None:
-            crash_point("txn.after-decision")
-            self._spawn_markers(result.markers)
+    def write_offsets(
+        self,
+        records: list[Record],
+        response: Any,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> asyncio.Future[Any]:
+        """CoordinatorRuntime.write_offsets: appended now (raises if not written), the returned
+        future gives `response` once the records are durable and replayed."""
+        answer: asyncio.Future[Any] = _future()
+        self.runtime.write_offsets(
+            records,
+            lambda: _resolver(answer)(response),
+            _rejecter(answer),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+        )
+        return answer
 
-    async def _replay_when_durable(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        # A failed fsync halts the broker; the restart replays what reached the disk. The
-        # records are in the log now: the state must follow them, so a round that could not
-        # prepare the log (EMFILE) is retried (until_durable), never given up.
-        closed = await until_durable(self.broker.committer, [self.log.log])
-        if closed:
-            raise CoordinatorUnavailableError("the transaction log was closed")
-        for key, value in records:
-            self.coordinator.replay(key, value)
-
-    def pending_markers(self, transactional_id: str | None) -> asyncio.Task[None] | None:
+    def pending_markers(self, transactional_id: str | None) -> asyncio.Future[None] | None:
         """The id's markers in flight (its decided transaction not yet complete), if any.
 
         Kafka answers CONCURRENT_TRANSACTIONS to InitProducerId, AddPartitionsToTxn and
@@ -156,108 +232,11 @@ class Transactions:
         (librdkafka: 20 ms); on one node the markers take a millisecond or two, so those
         requests wait for them instead, and a producer's next transaction starts at once.
         """
-        return self._markers_by_id.get(transactional_id or "")
-
-    def _spawn_markers(self, job: MarkerJob) -> None:
-        task = asyncio.get_running_loop().create_task(self._write_markers(job))
-        self._marker_tasks.add(task)
-        self._markers_by_id[job.transactional_id] = task
-        task.add_done_callback(lambda done: self._marker_done(job, done))
-
-    def _marker_done(self, job: MarkerJob, task: asyncio.Task[None]) -> None:
-        self._marker_tasks.discard(task)
-        if self._markers_by_id.get(job.transactional_id) is task:
-            del self._markers_by_id[job.transactional_id]
-        if task.cancelled() or task.exception() is None:
-            return
-        error = task.exception()
-        halt_on_storage_error(error)
-        # Else the transaction would hang in Prepare* (and pin the last stable offset): write
-        # its markers again after a pause, as Kafka's marker channel retries.
-        meta = self.coordinator.get(job.transactional_id)
-        if self._stopping or meta is None or not meta.state.is_prepare:
-            log.error("writing transaction markers failed: %r", error)
-            return
-        _marker_errors.error(
-            f"markers:{job.transactional_id}",
-            "writing transaction markers of %r failed, retrying: %r",
-            job.transactional_id,
-            error,
-            exc_info=error,
-        )
-        self._retries.add(job)
-        asyncio.get_running_loop().call_later(MARKER_RETRY_S, self._retry_markers, job)
-
-    def _retry_markers(self, job: MarkerJob) -> None:
-        self._retries.discard(job)
-        if not self._stopping:
-            self._spawn_markers(job)
-
-    async def _write_markers(self, job: MarkerJob) -> None:
-        await delay_point("txn.before-markers")
-        raise_point("txn.markers")
-        partitions: list[Partition] = []
-        offsets = False
-        for topic, index in job.partitions:
-            if topic == OFFSETS_TOPIC:
-                self.broker.offsets_log.append_marker(
-                    job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch
-                )
-                offsets = True
-                continue
-            partition = self.broker.topics.partition(topic, index)
-            if partition is None:
-                continue  # the topic was deleted since: nothing left to mark
-            try:
-                partition.append_marker(
-                    job.producer_id,
-                    job.producer_epoch,
-                    job.commit,
-                    job.coordinator_epoch,
-                    self.broker.clock(),
-                )
-            except TxnIndexStorageError:
-                raise  # the marker is in the log, its aborted-index entry is not: not a fence
-            except TxnError as e:
-                # A newer epoch already wrote to this partition: that producer fenced this one,
-                # and Kafka skips the marker too.
-                log.warning("marker for %s-%d skipped: %s", topic, index, e)
-                continue
-            partitions.append(partition)
-            crash_point("txn.after-marker")
-        logs = [p.log for p in partitions]
-        if offsets:
-            logs.append(self.broker.offsets_log.log)
-        # Complete* may only follow durable markers: retry a round that could not prepare a log
-        # (EMFILE); a partition deleted since needs no marker.
-        await until_durable(self.broker.committer, logs)
-        for partition in partitions:
-            partition.notify()
-        if offsets:
-            self.broker.groups.complete_transaction(job.producer_id, job.commit)
-        crash_point("txn.before-complete")
-        await self.run(
-            self.coordinator.markers_written(job.transactional_id, job.producer_epoch),
-            bounded=False,
-        )
-
-    # -- the produce path -------------------------------------------------------------------
-
-    def verify_partition(
-        self,
-        transactional_id: str | None,
-        producer_id: int,
-        producer_epoch: int,
-        topic: str,
-        index: int,
-    ) -> bool:
-        """KIP-890: is this partition in the producer's ongoing transaction?"""
-        if not transactional_id:
-            return False
-        error = self.coordinator.is_in_transaction(
-            transactional_id, producer_id, producer_epoch, topic, index
-        )
-        return error == ErrorCode.none
+        if not self.runtime.markers_in_flight(transactional_id or ""):
+            return None
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.runtime.when_markers_done(transactional_id or "", lambda: _resolver(done)(None))
+        return done
 
     # -- timers -----------------------------------------------------------------------------
 
@@ -269,23 +248,36 @@ class Transactions:
     async def timeout_tick(self) -> None:
         """Abort transactions past their timeout; expire idle transactional ids. The broker
         runs it every timeout_delay() seconds, supervised (server.Broker._every)."""
-        for result in self.coordinator.expire_timed_out():
-            log.info("aborting transaction %r: it outlived its timeout", result.transactional_id)
-            await self._run_logged(result)
-        for result in self.coordinator.expire_transactional_ids():
-            await self._run_logged(result)
-
-    async def _run_logged(self, result: CoordinatorResult[Any]) -> None:
-        # One result failing must not skip the others: each holds a pending transition.
-        try:
-            await self.run(result, bounded=False)
-        except Exception as e:
-            halt_on_storage_error(e)
-            log.error("transaction log write failed: %r", e)
+        self.runtime.expire()
 
     async def stop(self) -> None:
-        self._stopping = True
-        for task in list(self._marker_tasks):
-            task.cancel()
-        await asyncio.gather(*self._marker_tasks, return_exceptions=True)
+        self.runtime.stop()
+        await self._loop.stop()
         self.log.close()
+
+
+def _future() -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    # Retrieved even when nobody awaits it any more (the runtime logged the failure).
+    future.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return future
+
+
+def _resolver(future: asyncio.Future[Any]) -> Callable[[Any], None]:
+    def resolve(value: Any) -> None:
+        if not future.done():
+            future.set_result(value)
+
+    return resolve
+
+
+def _rejecter(future: asyncio.Future[Any]) -> Callable[[BaseException], None]:
+    def reject(error: BaseException) -> None:
+        if not future.done():
+            future.set_exception(error)
+
+    return reject
+
+
+def _no_wait(_value: object) -> None:
+    """A result with no records is answered at once: run() returns its response itself."""

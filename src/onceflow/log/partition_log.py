@@ -87,6 +87,9 @@ class PartitionLog:
         self._recovery_point_file = recovery_point_file
         self.log_start_offset = segments[0].base_offset
         self._flushed_offset = self.log_end_offset
+        # Called each time flushed_offset (the high watermark) moves: the partition holding
+        # this log updates its producer state and wakes its readers there, and only there.
+        self.on_flushed: Callable[[], None] | None = None
         self._unsynced_rolled: list[Segment] = []  # rolled, not yet wholly fsynced
         self._waived_rolled: list[Segment] = []  # rolled, sync waived (no-fsync mode)
         self._dir_generation = 0  # bumped when segment files are created or deleted
@@ -539,6 +542,7 @@ class PartitionLog:
         ticket.close()
         if ticket.failed:
             raise LogStorageError("complete_flush() of a ticket whose run() failed")
+        moved = ticket.offset > self._flushed_offset
         self._flushed_offset = max(self._flushed_offset, ticket.offset)
         self._dir_synced_generation = max(self._dir_synced_generation, ticket.dir_generation)
         for segment in ticket.finalized:
@@ -549,6 +553,8 @@ class PartitionLog:
                     self._waived_rolled.append(segment)
             elif ticket.done and segment in self._waived_rolled:
                 self._waived_rolled.remove(segment)
+        if moved and self.on_flushed is not None:
+            self.on_flushed()
 
 
 def _sync_segment(segment: Segment) -> None:

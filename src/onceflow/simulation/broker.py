@@ -1,27 +1,21 @@
-"""A simulated broker: the real sans-IO cores glued together as `onceflow.broker` glues them,
-over simulated logs, with every asynchronous wait turned into an event the scheduler runs.
+"""A simulated broker: the broker's own coordinator runtime and partitions over simulated
+logs, with every asynchronous wait turned into an event the scheduler runs.
 
-Mirrored from the broker, step for step:
-- Produce: `Partition.append_records` itself (validation, KIP-890 verification, idempotence
-  checks, append, producer state), answered once the partition's appended data is durable
-  (acks=all).
-- Coordinator results (`broker.transactions.Transactions.run`): records appended to
-  `__transaction_state`, replayed once durable, then the answer and the markers.
-- Markers (`Transactions._write_markers`): all of a job's markers appended at once (to the
-  partitions through `Partition.append_marker`, to `__consumer_offsets` as a bare marker),
-  then, once all are durable, `GroupCoordinator.complete_transaction` and `markers_written`.
-- TxnOffsetCommit and `Broker.write_offsets_records`: a transactional batch on
-  `__consumer_offsets`, replayed once durable.
-- Start-up (`Broker.start`): every partition opened as `Partition.open` opens it (producer
-  snapshot, aborted index, replay of the log after the snapshot), the offsets log and the
-  transaction log replayed from the start, then in-doubt transactions completed.
+What runs is the broker's code: `Partition.append_records` for Produce (validation, KIP-890
+verification, idempotence checks, append, producer state), `onceflow.coordinator_runtime` for
+every coordinator result (append -> durable -> replay -> answer -> markers -> Complete*, the
+held-request bound, TxnOffsetCommit, loading at start-up and in-doubt transactions). This
+module only implements the runtime's interfaces for the scheduler: logs in memory
+(`SimulatedLog`), durability as waiters released by simulated fsync rounds, tasks and timers as
+events. Nothing may fail to be written here, so any exception the runtime meets is raised (a
+failing seed), never retried. Start-up opens every partition as `Partition.open` does.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,12 +25,19 @@ from onceflow.broker import partition as partition_module
 from onceflow.broker.append_outcome import AppendRefused
 from onceflow.broker.partition import Partition
 from onceflow.clock import Clock
+from onceflow.coordinator_result import MarkerJob, Record
+from onceflow.coordinator_runtime import (
+    BatchProducer,
+    CoordinatorRuntime,
+    CoordinatorUnavailableError,
+    Durable,
+    records_of,
+)
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.groups.offsets import OffsetAndMetadata
 from onceflow.records.batch import iter_batches
 from onceflow.records.builder import build_batch
-from onceflow.records.control import ControlType, build_marker, parse_control_record
-from onceflow.records.record import DecodedBatch
+from onceflow.records.control import build_marker
 from onceflow.simulation.messages import (
     AddOffsets,
     AddPartitions,
@@ -53,11 +54,10 @@ from onceflow.txn.aborted_index import AbortedTxnIndex
 from onceflow.txn.coordinator import (
     OFFSETS_TOPIC,
     CoordinatorResult,
-    MarkerJob,
+    InitProducerIdResponse,
     TransactionCoordinator,
     error_for_version,
 )
-from onceflow.txn.errors import TxnError
 
 Reply = Callable[[Answer], None]
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
@@ -75,16 +75,36 @@ class BrokerObserver(Protocol):
     def trace(self, line: str) -> None: ...
 
 
+@dataclass(frozen=True)
+class Position:
+    """Where an append ended in a simulated log; `applied` collects the base offsets of the
+    coordinator-log batches whose effect the live cores take once durable."""
+
+    log: SimulatedLog
+    offset: int
+    base_offset: int = -1
+    applied: set[int] | None = field(default=None, compare=False, hash=False)
+
+
 @dataclass
 class Waiter:
     """Code to run once each log is durable up to its offset (a group-commit waiter)."""
 
-    needs: list[tuple[SimulatedLog, int]]
+    needs: list[Position]
     then: Callable[[], None]
     label: str
 
     def ready(self) -> bool:
-        return all(log.flushed_offset >= offset for log, offset in self.needs)
+        return all(p.log.flushed_offset >= p.offset for p in self.needs)
+
+
+@dataclass(eq=False)
+class Timer:
+    """A callback due at a time of the simulated clock (the held-request bound, a retry)."""
+
+    due: int
+    label: str
+    callback: Callable[[], None]
 
 
 @dataclass
@@ -95,6 +115,11 @@ class Storage:
     partitions: dict[TopicPartition, SimulatedLog]
     txn_log: SimulatedLog
     offsets_log: SimulatedLog
+
+    @cached_property
+    def all_logs(self) -> list[SimulatedLog]:
+        """Every log (the set never changes), for the per-step checks."""
+        return [log for _, log in self.logs()]
 
     def logs(self) -> list[tuple[str, SimulatedLog]]:
         named = [(f"{t}-{i}", log) for (t, i), log in self.partitions.items()]
@@ -125,6 +150,34 @@ class BrokerSettings:
     transactional_id_expiration_ms: int = 604_800_000
 
 
+class _CoordinatorLog:
+    """The runtime's CoordinatorLog over a simulated log, as broker/coordinator_log.py appends."""
+
+    def __init__(self, log: SimulatedLog, clock: Clock, applied: set[int]) -> None:
+        self.log = log
+        self.clock = clock
+        self.applied = applied
+
+    def append(self, records: Sequence[Record], producer: BatchProducer) -> Position:
+        data = build_batch(
+            [(key, value, (), self.clock()) for key, value in records],
+            producer_id=producer.producer_id,
+            producer_epoch=producer.producer_epoch,
+            transactional=producer.transactional,
+        )
+        return self._append(data)
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+    ) -> Position:
+        data = build_marker(producer_id, producer_epoch, commit, coordinator_epoch, self.clock())
+        return self._append(data)
+
+    def _append(self, data: bytes) -> Position:
+        info = self.log.append(data, list(iter_batches(data, verify_crc=False)))
+        return Position(self.log, self.log.log_end_offset, info.first_offset, self.applied)
+
+
 @dataclass
 class SimBroker:
     """One incarnation of the broker; a crash makes a new one over the same Storage."""
@@ -137,9 +190,11 @@ class SimBroker:
     partitions: dict[TopicPartition, Partition] = field(default_factory=dict)
     coordinator: TransactionCoordinator = field(init=False)
     groups: GroupCoordinator = field(init=False)
+    runtime: CoordinatorRuntime = field(init=False)
     waiters: list[Waiter] = field(default_factory=list)
-    # Marker jobs spawned and not yet run (Transactions._spawn_markers' tasks).
+    # The runtime's tasks (marker jobs) not yet run, and its timers.
     tasks: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
+    timers: list[Timer] = field(default_factory=list)
     # Base offsets of the coordinator-log batches whose effect the live cores have taken.
     applied_txn: set[int] = field(default_factory=set)
     applied_offsets: set[int] = field(default_factory=set)
@@ -151,40 +206,41 @@ class SimBroker:
             transactional_id_expiration_ms=self.settings.transactional_id_expiration_ms,
         )
         self.groups = GroupCoordinator(self.clock, member_id_suffix=lambda: "sim")
+        self.runtime = CoordinatorRuntime(
+            self.coordinator,
+            self.groups,
+            transaction_log=_CoordinatorLog(self.storage.txn_log, self.clock, self.applied_txn),
+            offsets_log=_CoordinatorLog(self.storage.offsets_log, self.clock, self.applied_offsets),
+            partitions=self,
+            durability=self,
+            timer=self,
+        )
 
     # -- start-up (Broker.start) -------------------------------------------------------------
 
     def start(self) -> None:
         for tp, log in self.storage.partitions.items():
             self.partitions[tp] = open_partition(tp, log, self.clock)
-        self._load_offsets()
-        self._load_transactions()
-        self.complete_in_doubt()
+        offsets = list(self.storage.offsets_log.iter_stored())
+        self.runtime.load_offsets(stored.decoded for stored in offsets)
+        self.applied_offsets.update(stored.header.base_offset for stored in offsets)
+        transactions = list(self.storage.txn_log.iter_stored())
+        self.runtime.load_transactions(records_of(stored.decoded for stored in transactions))
+        self.applied_txn.update(stored.header.base_offset for stored in transactions)
+        self.runtime.complete_in_doubt()
 
-    def _load_offsets(self) -> None:
-        for stored in self.storage.offsets_log.iter_stored():
-            apply_offsets_batch(self.groups, stored.decoded)
-            self.applied_offsets.add(stored.header.base_offset)
+    # -- the runtime's Durability: group-commit waiters ---------------------------------------
 
-    def _load_transactions(self) -> None:
-        for stored in self.storage.txn_log.iter_stored():
-            for record in stored.decoded.records:
-                self.coordinator.replay(record.key or b"", record.value)
-            self.applied_txn.add(stored.header.base_offset)
+    def when_durable(self, positions: Sequence[Any], then: Callable[[Durable], None]) -> None:
+        def durable() -> None:
+            for position in positions:
+                if position.applied is not None:
+                    position.applied.add(position.base_offset)
+            then(Durable())
 
-    def complete_in_doubt(self) -> None:
-        for job in self.coordinator.in_doubt():
-            self.observer.trace(f"  in doubt: {job.transactional_id} commit={job.commit}")
-            self._spawn_markers(job)
-
-    # -- durability --------------------------------------------------------------------------
-
-    def wait(
-        self, needs: list[tuple[SimulatedLog, int]], then: Callable[[], None], label: str
-    ) -> None:
-        waiter = Waiter(needs, then, label)
+        waiter = Waiter(list(positions), durable, "durable")
         if waiter.ready():
-            then()
+            durable()
         else:
             self.waiters.append(waiter)
 
@@ -197,45 +253,49 @@ class SimBroker:
             self.waiters.remove(ready)
             ready.then()
 
+    # -- the runtime's Timer: events for the scheduler ----------------------------------------
+
+    def run_soon(self, label: str, callback: Callable[[], None]) -> None:
+        self.tasks.append((label, callback))
+
+    def schedule(
+        self, delay_s: float, label: str, callback: Callable[[], None]
+    ) -> Callable[[], None]:
+        timer = Timer(self.clock() + int(delay_s * 1000), label, callback)
+        self.timers.append(timer)
+
+        def cancel() -> None:
+            if timer in self.timers:
+                self.timers.remove(timer)
+
+        return cancel
+
+    def due_timers(self) -> list[Timer]:
+        now = self.clock()
+        return [timer for timer in self.timers if timer.due <= now]
+
+    def fire(self, timer: Timer) -> None:
+        self.timers.remove(timer)
+        timer.callback()
+
+    # -- the runtime's MarkerWriter ------------------------------------------------------------
+
+    def append_marker(self, topic: str, index: int, job: MarkerJob) -> Position:
+        partition = self.partitions[(topic, index)]
+        log = partition.log
+        assert isinstance(log, SimulatedLog)
+        before = log.log_end_offset
+        partition.append_marker(
+            job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, self.clock()
+        )
+        self.observer.appended((topic, index), list(log.iter_stored(before)))
+        return Position(log, log.log_end_offset)
+
     # -- requests ----------------------------------------------------------------------------
 
     def handle(self, request: object, reply: Reply) -> None:
         if isinstance(request, Produce):
             self._produce(request, reply)
-        elif isinstance(request, InitProducerId):
-            result = self.coordinator.init_producer_id(
-                request.transactional_id,
-                request.timeout_ms,
-                request.producer_id,
-                request.producer_epoch,
-            )
-            self.run(result, lambda r: reply(_init_answer(r)), request)
-        elif isinstance(request, AddPartitions):
-            add = self.coordinator.add_partitions(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                list(request.partitions),
-            )
-            self.run(add, lambda errors: reply(_partitions_answer(errors)), request)
-        elif isinstance(request, AddOffsets):
-            offsets = self.coordinator.add_offsets(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                request.group_id,
-            )
-            self.run(
-                offsets, lambda e: reply(Answer(error_for_version(e, 25, _VERSIONS[25]))), request
-            )
-        elif isinstance(request, EndTxn):
-            end = self.coordinator.end_txn(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                request.commit,
-            )
-            self.run(end, lambda e: reply(Answer(error_for_version(e, 26, _VERSIONS[26]))), request)
         elif isinstance(request, TxnOffsetCommit):
             self._txn_offset_commit(request, reply)
         elif isinstance(request, OffsetFetch):
@@ -244,7 +304,49 @@ class SimBroker:
             )
             reply(Answer(ErrorCode.none, offsets))
         else:
+            self._transaction_request(request, reply)
+
+    def _transaction_request(self, request: object, reply: Reply) -> None:
+        """The transaction coordinator's requests, as broker/handlers/transactions.py handles
+        them (errors as the newest clients see them)."""
+        coordinator = self.coordinator
+        result: CoordinatorResult[Any]
+        if isinstance(request, InitProducerId):
+            result = coordinator.init_producer_id(
+                request.transactional_id,
+                request.timeout_ms,
+                request.producer_id,
+                request.producer_epoch,
+            )
+            self.run(result, reply, _init_answer, lambda e: _init_answer(InitProducerIdResponse(e)))
+        elif isinstance(request, AddPartitions):
+            result = coordinator.add_partitions(*request.producer, list(request.partitions))
+            refused = lambda e: _partitions_answer(dict.fromkeys(request.partitions, e))  # noqa: E731
+            self.run(result, reply, _partitions_answer, refused)
+        elif isinstance(request, AddOffsets):
+            result = coordinator.add_offsets(*request.producer, request.group_id)
+            self.run(result, reply, _simple_answer(25), _simple_answer(25))
+        elif isinstance(request, EndTxn):
+            result = coordinator.end_txn(*request.producer, request.commit)
+            self.run(result, reply, _simple_answer(26), _simple_answer(26))
+        else:
             raise TypeError(f"unknown request {request!r}")
+
+    def run(
+        self,
+        result: CoordinatorResult[Any],
+        reply: Reply,
+        answer: Callable[[Any], Answer],
+        refused: Callable[[ErrorCode], Answer],
+    ) -> None:
+        """Transactions.run: the runtime runs the result; a refusal answers its error code."""
+
+        def fail(error: Exception) -> None:
+            if not isinstance(error, CoordinatorUnavailableError):
+                raise error  # nothing else may fail in the simulation: a bug
+            reply(refused(error.error_code))
+
+        self.runtime.run(result, lambda response: reply(answer(response)), fail)
 
     def _produce(self, request: Produce, reply: Reply) -> None:
         partition = self.partitions[request.partition]
@@ -262,32 +364,17 @@ class SimBroker:
             self.observer.appended(request.partition, list(log.iter_stored(before)))
 
         def answer() -> None:
-            partition.notify()
             reply(Answer(ErrorCode.none, appended.first_offset))
 
-        self.wait([(log, log.log_end_offset)], answer, f"produce {request.partition}")
-
-    def verify_partition(
-        self,
-        transactional_id: str | None,
-        producer_id: int,
-        producer_epoch: int,
-        topic: str,
-        index: int,
-    ) -> bool:
-        """Transactions.verify_partition (KIP-890), for TxnOffsetCommit."""
-        if not transactional_id:
-            return False
-        error = self.coordinator.is_in_transaction(
-            transactional_id, producer_id, producer_epoch, topic, index
-        )
-        return error == ErrorCode.none
+        waiter = Waiter([Position(log, log.log_end_offset)], answer, f"produce {request.partition}")
+        if waiter.ready():
+            answer()
+        else:
+            self.waiters.append(waiter)
 
     def _txn_offset_commit(self, request: TxnOffsetCommit, reply: Reply) -> None:
         offsets = {tp: OffsetAndMetadata(offset) for tp, offset in request.offsets}
-        if not self.verify_partition(
-            request.transactional_id, request.producer_id, request.producer_epoch, OFFSETS_TOPIC, 0
-        ):
+        if not self.runtime.verify_partition(*request.producer, OFFSETS_TOPIC, 0):
             meta = self.coordinator.get(request.transactional_id)
             error = ErrorCode.invalid_txn_state
             if meta is None or meta.producer_id != request.producer_id:
@@ -311,22 +398,13 @@ class SimBroker:
         if not result.records:
             reply(Answer(first_error, errors))
             return
-        log = self.storage.offsets_log
-        stored = append_coordinator_records(
-            log,
+        self.runtime.write_offsets(
             result.records,
-            self.clock(),
+            lambda: reply(Answer(first_error, errors)),
+            _raise,
             producer_id=request.producer_id,
             producer_epoch=request.producer_epoch,
-            transactional=True,
         )
-
-        def replay() -> None:
-            apply_offsets_batch(self.groups, stored.decoded)
-            self.applied_offsets.add(stored.header.base_offset)
-            reply(Answer(first_error, errors))
-
-        self.wait([(log, log.log_end_offset)], replay, "txn offset commit")
 
     def fetch_offsets(
         self, group_id: str, partitions: list[TopicPartition], require_stable: bool
@@ -334,99 +412,13 @@ class SimBroker:
         """OffsetFetch of named partitions, as a consumer asks for its assignment."""
         return dict(self.groups.fetch_offsets(group_id, partitions, require_stable))
 
-    # -- coordinator results (Transactions.run) ----------------------------------------------
-
-    def run(
-        self, result: CoordinatorResult[Any], respond: Callable[[Any], None], request: object = None
-    ) -> None:
-        if not result.records:
-            if result.markers is not None:
-                self._spawn_markers(result.markers)
-            respond(result.response)
-            return
-        log = self.storage.txn_log
-        stored = append_coordinator_records(log, result.records, self.clock())
-        label = type(request).__name__ if request is not None else "coordinator"
-
-        def after_durable() -> None:
-            for record in stored.decoded.records:
-                self.coordinator.replay(record.key or b"", record.value)
-            self.applied_txn.add(stored.header.base_offset)
-            if result.markers is not None:
-                self._spawn_markers(result.markers)
-            respond(result.response)
-
-        self.wait([(log, log.log_end_offset)], after_durable, label)
-
-    def _spawn_markers(self, job: MarkerJob) -> None:
-        label = f"markers {job.transactional_id} {'commit' if job.commit else 'abort'}"
-        self.tasks.append((label, lambda: self._write_markers(job)))
-
-    def _write_markers(self, job: MarkerJob) -> None:
-        needs: list[tuple[SimulatedLog, int]] = []
-        marked: list[Partition] = []
-        offsets_marker: int | None = None
-        for topic, index in job.partitions:
-            if topic == OFFSETS_TOPIC:
-                # CoordinatorLog.append_marker: no producer-state checks on the offsets log
-                log = self.storage.offsets_log
-                data = build_marker(
-                    job.producer_id,
-                    job.producer_epoch,
-                    job.commit,
-                    job.coordinator_epoch,
-                    self.clock(),
-                )
-                offsets_marker = log.append(
-                    data, list(iter_batches(data, verify_crc=False))
-                ).first_offset
-                needs.append((log, log.log_end_offset))
-                continue
-            partition = self.partitions[(topic, index)]
-            log = partition.log
-            assert isinstance(log, SimulatedLog)
-            before = log.log_end_offset
-            try:
-                partition.append_marker(
-                    job.producer_id,
-                    job.producer_epoch,
-                    job.commit,
-                    job.coordinator_epoch,
-                    self.clock(),
-                )
-            except TxnError as e:
-                self.observer.trace(f"  marker for {topic}-{index} skipped: {e}")
-                continue
-            self.observer.appended((topic, index), list(log.iter_stored(before)))
-            marked.append(partition)
-            needs.append((log, log.log_end_offset))
-
-        def after_durable() -> None:
-            for partition in marked:
-                partition.notify()
-            if offsets_marker is not None:
-                self.groups.complete_transaction(job.producer_id, job.commit)
-                self.applied_offsets.add(offsets_marker)
-            self.run(
-                self.coordinator.markers_written(job.transactional_id, job.producer_epoch),
-                lambda _: None,
-                "markers_written",
-            )
-
-        self.wait(needs, after_durable, f"markers durable {job.transactional_id}")
-
-    # -- timers (Transactions.timeout_loop) --------------------------------------------------
+    # -- timers (Transactions.timeout_tick) --------------------------------------------------
 
     def expire(self) -> int:
-        results = self.coordinator.expire_timed_out()
+        results = self.runtime.expire()
         for result in results:
-            self.observer.trace(f"  timeout abort of {result.transactional_id}")
-            self.run(result, lambda _: None, "timeout")
-        expired = self.coordinator.expire_transactional_ids()
-        for result in expired:
-            self.observer.trace(f"  expire id {result.transactional_id}")
-            self.run(result, lambda _: None, "expire id")
-        return len(results) + len(expired)
+            self.observer.trace(f"  expired: {result.transactional_id}")
+        return len(results)
 
     # -- crash -------------------------------------------------------------------------------
 
@@ -436,9 +428,11 @@ class SimBroker:
             partition.aborted.close()
 
     def snapshot_state(self) -> CoreState:
+        """The live cores at a crash, handed over as they are: this incarnation is dead, so
+        nothing else touches them (the comparison after the restart may replay into them)."""
         return CoreState(
-            coordinator=copy.deepcopy(self.coordinator),
-            groups=copy.deepcopy(self.groups),
+            coordinator=self.coordinator,
+            groups=self.groups,
             applied_txn=set(self.applied_txn),
             applied_offsets=set(self.applied_offsets),
         )
@@ -446,7 +440,7 @@ class SimBroker:
 
 @dataclass
 class CoreState:
-    """A deep copy of the live coordinators at a crash, and which batches they had applied."""
+    """The live coordinators at a crash, and which batches they had applied."""
 
     coordinator: TransactionCoordinator
     groups: GroupCoordinator
@@ -467,41 +461,8 @@ def open_partition(tp: TopicPartition, log: SimulatedLog, clock: Clock) -> Parti
     return partition
 
 
-def append_coordinator_records(
-    log: SimulatedLog,
-    records: list[tuple[bytes, bytes | None]],
-    now: int,
-    *,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    transactional: bool = False,
-) -> StoredBatch:
-    """CoordinatorLog.append: one batch holding the result's records."""
-    data = build_batch(
-        [(key, value, (), now) for key, value in records],
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        transactional=transactional,
-    )
-    log.append(data, list(iter_batches(data, verify_crc=False)))
-    return log.batches[-1]
-
-
-def apply_offsets_batch(groups: GroupCoordinator, batch: DecodedBatch) -> None:
-    """Broker._load_offsets for one batch: a marker completes a transaction, records replay."""
-    header = batch.header
-    if header.is_control:
-        commit = parse_control_record(batch.records[0])[0] == ControlType.COMMIT
-        groups.complete_transaction(header.producer_id, commit)
-        return
-    for record in batch.records:
-        groups.replay(
-            record.key or b"",
-            record.value,
-            header.producer_id,
-            header.producer_epoch,
-            header.is_transactional,
-        )
+def _raise(error: BaseException) -> None:
+    raise error  # nothing may fail in the simulation: a bug
 
 
 def _init_answer(response: Any) -> Answer:
@@ -513,3 +474,7 @@ def _partitions_answer(errors: dict[TopicPartition, ErrorCode]) -> Answer:
     codes = {tp: error_for_version(e, 24, _VERSIONS[24]) for tp, e in errors.items()}
     first = next((e for e in codes.values() if e != ErrorCode.none), ErrorCode.none)
     return Answer(first, codes)
+
+
+def _simple_answer(api_key: int) -> Callable[[ErrorCode], Answer]:
+    return lambda error: Answer(error_for_version(error, api_key, _VERSIONS[api_key]))

@@ -107,9 +107,14 @@ class PartitionAudit:
             self.open[pid] = (first, epochs)
 
     def first_unstable(self, high_watermark: int) -> int | None:
-        """First offset of a transaction whose marker is not yet below the high watermark."""
+        """First offset of a transaction whose marker is not yet below the high watermark.
+
+        Transactions whose marker is below it are forgotten: the high watermark never goes
+        down (check_partitions checks it), so they never count again."""
+        if self.closed and self.closed[0][1] < high_watermark:
+            self.closed = [t for t in self.closed if t[1] >= high_watermark]
         firsts = [first for first, _ in self.open.values()]
-        firsts += [first for first, marker in self.closed if marker >= high_watermark]
+        firsts += [first for first, _ in self.closed]
         return min(firsts, default=None)
 
 
@@ -179,6 +184,9 @@ class Checker:
         self.issued: dict[int, int] = {}
         self.lso: dict[TopicPartition, int] = {}
         self.hw: dict[TopicPartition, int] = {}
+        # What each partition was last checked at: (partition, log end, high watermark). Its
+        # last stable offset and the audit change only with one of them.
+        self._checked: dict[TopicPartition, tuple[Partition, int, int]] = {}
         self.reader_position: dict[TopicPartition, int] = {}
         self.read: dict[TopicPartition, list[ReadRecord]] = {}
         self.read_values: set[int] = set()
@@ -237,6 +245,10 @@ class Checker:
     def check_partitions(self, partitions: dict[TopicPartition, Partition]) -> None:
         for tp, partition in partitions.items():
             hw = partition.high_watermark
+            seen = (partition, partition.log.log_end_offset, hw)
+            if self._checked.get(tp) == seen:
+                continue
+            self._checked[tp] = seen
             lso = partition.last_stable_offset
             if lso > hw:
                 raise InvariantViolation(
@@ -358,6 +370,7 @@ class Checker:
 
     def rebuild_audits(self, logs: dict[TopicPartition, SimulatedLog]) -> None:
         self.audits = {tp: audit_log(tp, log) for tp, log in logs.items()}
+        self._checked.clear()
 
     # -- at the end ------------------------------------------------------------------------
 

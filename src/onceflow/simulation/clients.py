@@ -207,7 +207,7 @@ def _transaction(
         txn.offsets[group] = offset
         ctx.checker.offset_owner[(group, offset)] = txn
         answer = yield from _call(
-            TxnOffsetCommit(txn_id, group, producer_id, epoch, ((INPUT_PARTITION, offset),), txn)
+            TxnOffsetCommit(txn_id, producer_id, epoch, group, ((INPUT_PARTITION, offset),), txn)
         )
         _check(answer, state, "TxnOffsetCommit")
     commit = rng.random() >= ctx.abort_ratio

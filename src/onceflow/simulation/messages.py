@@ -40,36 +40,37 @@ class InitProducerId:
 
 
 @dataclass(frozen=True)
-class AddPartitions:
+class TxnRequest:
+    """A request of a transactional producer: who sends it."""
+
     transactional_id: str
     producer_id: int
     producer_epoch: int
+
+    @property
+    def producer(self) -> tuple[str, int, int]:
+        return self.transactional_id, self.producer_id, self.producer_epoch
+
+
+@dataclass(frozen=True)
+class AddPartitions(TxnRequest):
     partitions: tuple[TopicPartition, ...]
 
 
 @dataclass(frozen=True)
-class AddOffsets:
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
+class AddOffsets(TxnRequest):
     group_id: str
 
 
 @dataclass(frozen=True)
-class TxnOffsetCommit:
-    transactional_id: str
+class TxnOffsetCommit(TxnRequest):
     group_id: str
-    producer_id: int
-    producer_epoch: int
     offsets: tuple[tuple[TopicPartition, int], ...]
     txn: TxnRecord | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
-class EndTxn:
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
+class EndTxn(TxnRequest):
     commit: bool
     txn: TxnRecord | None = field(default=None, compare=False, repr=False)
 

@@ -21,13 +21,13 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import ManualClock
+from onceflow.coordinator_runtime import replay_offsets_batch
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.simulation.broker import (
     BrokerSettings,
     CoreState,
     SimBroker,
     Storage,
-    apply_offsets_batch,
 )
 from onceflow.simulation.checker import Checker, InvariantViolation
 from onceflow.simulation.clients import (
@@ -219,7 +219,7 @@ class Simulation:
         self.step_no += 1
         self.clock.advance(self.rng.randint(0, 20))
         actions = self._actions(quiescing)
-        total = sum(action[0] for action in actions)
+        total = sum([action[0] for action in actions])
         pick = self.rng.random() * total
         chosen = actions[-1]
         for candidate in actions:
@@ -238,23 +238,28 @@ class Simulation:
 
     def _actions(self, quiescing: bool) -> list[Action]:
         actions: list[Action] = []
+        held = self._held()
+        in_network = {id(m.instance) for m in self.network}
         for inst in self.instances:
             if inst.to_send is not None:
                 actions.append((3.0, "send", inst, lambda i=inst: self._send(i)))
             if inst.waiting is not None:
-                lost = not self._held() and not any(m.instance is inst for m in self.network)
+                lost = not held and id(inst) not in in_network
                 weight = 4.0 if lost else (0.0 if quiescing else 0.2)
                 if weight:
                     actions.append((weight, "timeout", inst, lambda i=inst: self._timeout(i)))
+        deliver = self._deliver
         for message in self.network:
             kind = "deliver-request" if message.to_broker else "deliver-response"
-            actions.append((3.0, kind, message.instance, lambda m=message: self._deliver(m)))
-        if self.round is None and any(log.dirty for _, log in self.storage.logs()):
+            actions.append((3.0, kind, message.instance, lambda m=message: deliver(m)))
+        if self.round is None and any(log.dirty for log in self.storage.all_logs):
             actions.append((2.0, "fsync-start", None, self._fsync_start))
         if self.round is not None:
             actions.append((2.0, "fsync-finish", None, self._fsync_finish))
         for index, (label, _) in enumerate(self.broker.tasks):
             actions.append((2.0, "task", label, lambda i=index: self._run_task(i)))
+        for timer in self.broker.due_timers() if self.broker.timers else ():
+            actions.append((2.0, "timer-due", timer.label, lambda t=timer: self.broker.fire(t)))
         actions.append((0.3, "timer", None, self._timer))
         actions.append((1.0, "poll", None, self._poll))
         actions.append((0.3, "offsets", None, self._offsets))
@@ -264,7 +269,11 @@ class Simulation:
                 actions.append((f.crash * 10, "crash", None, self._crash))
             if f.clock_jump:
                 actions.append((f.clock_jump * 10, "clock-jump", None, self._clock_jump))
-            live = [i for i in self.instances if not i.handle.zombie]
+            live = (
+                [i for i in self.instances if not i.handle.zombie]
+                if f.client_crash or f.client_pause
+                else []
+            )
             if f.client_crash and live:
                 crash = lambda: self._client_crash(live)  # noqa: E731
                 actions.append((f.client_crash * 10, "client-crash", None, crash))
@@ -281,7 +290,8 @@ class Simulation:
 
     def _held(self) -> bool:
         # the broker may hold the request (waiting for durability or in a task)
-        return bool(self.broker.waiters) or bool(self.broker.tasks) or self.round is not None
+        broker = self.broker
+        return bool(broker.waiters or broker.tasks or broker.timers) or self.round is not None
 
     # -- clients and the network -----------------------------------------------------------
 
@@ -433,7 +443,7 @@ class Simulation:
     # -- the broker's background work ------------------------------------------------------
 
     def _fsync_start(self) -> None:
-        self.round = [(log, log.prepare_flush()) for _, log in self.storage.logs() if log.dirty]
+        self.round = [(log, log.prepare_flush()) for log in self.storage.all_logs if log.dirty]
 
     def _fsync_finish(self) -> None:
         assert self.round is not None
@@ -620,7 +630,7 @@ class Simulation:
         groups = live.groups
         for stored in self.storage.offsets_log.iter_stored(0):
             if stored.header.base_offset not in live.applied_offsets:
-                apply_offsets_batch(groups, stored.decoded)
+                replay_offsets_batch(groups, stored.decoded)
         group_ids = sorted({c.group for c in self.clients if c.group is not None})
         producer_ids = sorted(self.checker.issued)
         for group in group_ids:
@@ -672,10 +682,11 @@ class Simulation:
             busy.append(f"clients {[i.label for i in self.instances]}")
         if self.network:
             busy.append(f"{len(self.network)} messages")
-        if self.broker.tasks or self.broker.waiters:
-            tasks = [label for label, _ in self.broker.tasks]
-            busy.append(f"broker work {tasks} {[w.label for w in self.broker.waiters]}")
-        if self.round is not None or any(log.dirty for _, log in self.storage.logs()):
+        broker = self.broker
+        if broker.tasks or broker.waiters or broker.timers:
+            tasks = [label for label, _ in broker.tasks] + [t.label for t in broker.timers]
+            busy.append(f"broker work {tasks} {[w.label for w in broker.waiters]}")
+        if self.round is not None or any(log.dirty for log in self.storage.all_logs):
             busy.append("unflushed logs")
         if self._open_transactions():
             busy.append(f"open transactions {self._open_transactions()}")

@@ -12,7 +12,7 @@ above it, a crash keeps some prefix (power loss may or may not have written it),
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -55,6 +55,7 @@ class SimulatedLog:
         self.log_start_offset = 0
         self._flushed = 0
         self._ticket: int | None = None
+        self.on_flushed: Callable[[], None] | None = None  # as PartitionLog.on_flushed
 
     # -- PartitionLog's API, as the broker glue uses it -----------------------------------
 
@@ -156,7 +157,10 @@ class SimulatedLog:
         return self._ticket
 
     def complete_flush(self, offset: int) -> None:
+        moved = offset > self._flushed
         self._flushed = max(self._flushed, offset)
+        if moved and self.on_flushed is not None:
+            self.on_flushed()
 
     # -- crashes -------------------------------------------------------------------------
 

@@ -142,18 +142,8 @@ class ProducerStateEntry:
         self.current_txn_start_timestamp = NO_TIMESTAMP
         self.last_timestamp = timestamp
 
-    def copy(self) -> ProducerStateEntry:
-        return ProducerStateEntry(
-            self.producer_id,
-            self.producer_epoch,
-            self.coordinator_epoch,
-            self.last_timestamp,
-            self.current_txn_first_offset,
-            self.current_txn_start_timestamp,
-            self._batches,
-        )
-
-    def _key(self) -> tuple[object, ...]:
+    def _scalars(self) -> tuple[int, int, int, int, int, int]:
+        # The constructor's arguments before the batches, in its order.
         return (
             self.producer_id,
             self.producer_epoch,
@@ -161,8 +151,13 @@ class ProducerStateEntry:
             self.last_timestamp,
             self.current_txn_first_offset,
             self.current_txn_start_timestamp,
-            tuple(self._batches),
         )
+
+    def copy(self) -> ProducerStateEntry:
+        return ProducerStateEntry(*self._scalars(), self._batches)
+
+    def _key(self) -> tuple[object, ...]:
+        return (*self._scalars(), tuple(self._batches))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ProducerStateEntry):

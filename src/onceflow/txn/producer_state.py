@@ -406,14 +406,17 @@ class ProducerStateManager:
     def last_stable_offset(self, high_watermark: int) -> int:
         """min(first unstable offset, high watermark); read_committed reads stop there.
 
-        Also applies on_high_watermark(high_watermark): the high watermark never goes down.
+        A pure read: a closed transaction whose marker is below `high_watermark` is stable
+        whether or not on_high_watermark (the partition's, when a flush completes) saw it yet.
         """
-        if self._unreplicated:
-            self.on_high_watermark(high_watermark)
-        first_unstable = self.first_unstable_offset()
-        if first_unstable is None:
-            return high_watermark
-        return min(first_unstable, high_watermark)
+        stable = high_watermark
+        if self._ongoing_offsets:
+            stable = min(stable, self._ongoing_offsets[0])
+        # sorted by first offset: the first one whose marker is not yet durable
+        for first_offset, marker_offset in self._unreplicated:
+            if marker_offset >= high_watermark:
+                return min(stable, first_offset)
+        return stable
 
     # -- inspection ---------------------------------------------------------------------------
 

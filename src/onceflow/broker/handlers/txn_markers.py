@@ -103,8 +103,7 @@ async def _answer_when_durable(
     for partition in partitions:
         error = failures.get(partition.log)
         if error is None:
-            partition.notify()
-            continue
+            continue  # durable: the partition woke its readers itself
         code = ctx.durability.not_durable_code(partition, error)
         for errors in results:
             if errors.get((partition.topic, partition.index)) == ErrorCode.none:
