@@ -18,9 +18,19 @@ Value of the producer id block key: int16 version 0, first producer id int64, bl
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
+from onceflow.coordinator_schema import (
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    SchemaReader,
+    encode_compact_string,
+    encode_string,
+    encode_tagged_field,
+    encode_uvarint,
+)
 from onceflow.txn.coordinator_errors import TransactionLogRecordError
 from onceflow.txn.transaction_state import TransactionState
 
@@ -38,11 +48,6 @@ LAST_PRODUCER_EPOCH_TAG = 0x4F46
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
-
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 TopicPartition = tuple[str, int]
 
@@ -92,33 +97,12 @@ LogKey = TransactionLogKey | ProducerIdBlockKey
 # -- encoding -------------------------------------------------------------------------------
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _string(s: str) -> bytes:
-    raw = s.encode("utf-8")
-    if len(raw) > 0x7FFF:
-        raise TransactionLogRecordError(f"string of {len(raw)} bytes does not fit an int16 length")
-    return _I16.pack(len(raw)) + raw
-
-
-def _compact_string(s: str) -> bytes:
-    raw = s.encode("utf-8")
-    return _uvarint(len(raw) + 1) + raw
-
-
-def _tagged_field(tag: int, data: bytes) -> bytes:
-    return _uvarint(tag) + _uvarint(len(data)) + data
+    return encode_string(s, TransactionLogRecordError)
 
 
 def encode_key(transactional_id: str) -> bytes:
-    return _I16.pack(TRANSACTION_LOG_KEY_VERSION) + _string(transactional_id)
+    return INT16.pack(TRANSACTION_LOG_KEY_VERSION) + _string(transactional_id)
 
 
 def encode_value(value: TransactionLogValue) -> bytes:
@@ -126,48 +110,50 @@ def encode_value(value: TransactionLogValue) -> bytes:
         raise TransactionLogRecordError("Dead is written as a tombstone, not as a value")
     if value.state is TransactionState.EMPTY and value.partitions:
         raise TransactionLogRecordError("an Empty transaction has no partitions")
-    out = bytearray(_I16.pack(TRANSACTION_LOG_VALUE_VERSION))
-    out += _I64.pack(value.producer_id)
-    out += _I16.pack(value.producer_epoch)
-    out += _I32.pack(value.txn_timeout_ms)
-    out += _I8.pack(int(value.state))
+    out = bytearray(INT16.pack(TRANSACTION_LOG_VALUE_VERSION))
+    out += INT64.pack(value.producer_id)
+    out += INT16.pack(value.producer_epoch)
+    out += INT32.pack(value.txn_timeout_ms)
+    out += INT8.pack(int(value.state))
     if value.state is TransactionState.EMPTY:
-        out += _uvarint(0)  # null, as Kafka writes for Empty
+        out += encode_uvarint(0)  # null, as Kafka writes for Empty
     else:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in value.partitions:
             by_topic.setdefault(topic, []).append(partition)
-        out += _uvarint(len(by_topic) + 1)
+        out += encode_uvarint(len(by_topic) + 1)
         for topic in sorted(by_topic):
             partitions = sorted(by_topic[topic])
-            out += _compact_string(topic)
-            out += _uvarint(len(partitions) + 1)
-            out += b"".join(_I32.pack(p) for p in partitions)
-            out += _uvarint(0)  # no tagged fields
-    out += _I64.pack(value.txn_last_update_timestamp)
-    out += _I64.pack(value.txn_start_timestamp)
+            out += encode_compact_string(topic)
+            out += encode_uvarint(len(partitions) + 1)
+            out += b"".join(INT32.pack(p) for p in partitions)
+            out += encode_uvarint(0)  # no tagged fields
+    out += INT64.pack(value.txn_last_update_timestamp)
+    out += INT64.pack(value.txn_start_timestamp)
     tagged = []
     if value.previous_producer_id != NO_PRODUCER_ID:
         tagged.append(
-            _tagged_field(PREVIOUS_PRODUCER_ID_TAG, _I64.pack(value.previous_producer_id))
+            encode_tagged_field(PREVIOUS_PRODUCER_ID_TAG, INT64.pack(value.previous_producer_id))
         )
     if value.last_producer_epoch != NO_PRODUCER_EPOCH:
-        tagged.append(_tagged_field(LAST_PRODUCER_EPOCH_TAG, _I16.pack(value.last_producer_epoch)))
-    out += _uvarint(len(tagged))
+        tagged.append(
+            encode_tagged_field(LAST_PRODUCER_EPOCH_TAG, INT16.pack(value.last_producer_epoch))
+        )
+    out += encode_uvarint(len(tagged))
     for field in tagged:
         out += field
     return bytes(out)
 
 
 def encode_producer_id_block_key() -> bytes:
-    return _I16.pack(PRODUCER_ID_BLOCK_KEY_VERSION)
+    return INT16.pack(PRODUCER_ID_BLOCK_KEY_VERSION)
 
 
 def encode_producer_id_block_value(block: ProducerIdBlock) -> bytes:
     return (
-        _I16.pack(PRODUCER_ID_BLOCK_VALUE_VERSION)
-        + _I64.pack(block.first_producer_id)
-        + _I32.pack(block.size)
+        INT16.pack(PRODUCER_ID_BLOCK_VALUE_VERSION)
+        + INT64.pack(block.first_producer_id)
+        + INT32.pack(block.size)
     )
 
 
@@ -185,69 +171,14 @@ def producer_id_block_record(block: ProducerIdBlock) -> tuple[bytes, bytes]:
 # -- decoding -------------------------------------------------------------------------------
 
 
-class _Reader:
-    """Bounds-checked cursor over one key or value."""
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise TransactionLogRecordError(
-                f"truncated record: {n} bytes wanted at {self.pos} of {len(self.buf)}"
-            )
-        chunk = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def unpack(self, fmt: struct.Struct) -> int:
-        value: int = fmt.unpack(self.take(fmt.size))[0]
-        return value
-
-    def uvarint(self) -> int:
-        result = 0
-        for shift in range(0, 35, 7):
-            byte = self.take(1)[0]
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-        raise TransactionLogRecordError("unsigned varint longer than 5 bytes")
-
-    def string(self) -> str:
-        length = self.unpack(_I16)
-        if length < 0:
-            raise TransactionLogRecordError("null string where a string is required")
-        return self._utf8(self.take(length))
-
-    def compact_string(self) -> str:
-        length = self.uvarint() - 1
-        if length < 0:
-            raise TransactionLogRecordError("null string where a string is required")
-        return self._utf8(self.take(length))
-
-    @staticmethod
-    def _utf8(raw: bytes) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise TransactionLogRecordError(f"invalid UTF-8 string: {exc}") from exc
-
-    def skip_tagged_fields(self) -> dict[int, bytes]:
-        fields: dict[int, bytes] = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            fields[tag] = self.take(self.uvarint())
-        return fields
-
-    def end(self) -> None:
-        if self.pos != len(self.buf):
-            raise TransactionLogRecordError(f"{len(self.buf) - self.pos} trailing bytes in record")
+def _reader(buf: bytes) -> SchemaReader:
+    """A cursor whose every fault is this log's typed error."""
+    return SchemaReader(buf, TransactionLogRecordError)
 
 
 def decode_key(key: bytes) -> LogKey:
-    r = _Reader(key)
-    version = r.unpack(_I16)
+    r = _reader(key)
+    version = r.unpack(INT16)
     if version == TRANSACTION_LOG_KEY_VERSION:
         parsed: LogKey = TransactionLogKey(r.string())
     elif version == PRODUCER_ID_BLOCK_KEY_VERSION:
@@ -259,40 +190,40 @@ def decode_key(key: bytes) -> LogKey:
 
 
 def decode_value(value: bytes) -> TransactionLogValue:
-    r = _Reader(value)
-    version = r.unpack(_I16)
+    r = _reader(value)
+    version = r.unpack(INT16)
     if version not in (0, 1):
         raise TransactionLogRecordError(f"unknown transaction log value version {version}")
     flexible = version >= 1
-    producer_id = r.unpack(_I64)
-    producer_epoch = r.unpack(_I16)
-    timeout = r.unpack(_I32)
-    state_id = r.unpack(_I8)
+    producer_id = r.unpack(INT64)
+    producer_epoch = r.unpack(INT16)
+    timeout = r.unpack(INT32)
+    state_id = r.unpack(INT8)
     try:
         state = TransactionState(state_id)
     except ValueError as exc:
         raise TransactionLogRecordError(f"unknown transaction state id {state_id}") from exc
-    count = r.uvarint() - 1 if flexible else r.unpack(_I32)
+    count = r.uvarint() - 1 if flexible else r.unpack(INT32)
     partitions: set[TopicPartition] = set()
     for _ in range(max(count, 0)):
         topic = r.compact_string() if flexible else r.string()
-        n = r.uvarint() - 1 if flexible else r.unpack(_I32)
+        n = r.uvarint() - 1 if flexible else r.unpack(INT32)
         if n < 0:
             raise TransactionLogRecordError("null partition array")
         for _ in range(n):
-            partitions.add((topic, r.unpack(_I32)))
+            partitions.add((topic, r.unpack(INT32)))
         if flexible:
-            r.skip_tagged_fields()
-    last_update = r.unpack(_I64)
-    start = r.unpack(_I64)
+            r.tagged_fields()
+    last_update = r.unpack(INT64)
+    start = r.unpack(INT64)
     previous_producer_id = NO_PRODUCER_ID
     last_producer_epoch = NO_PRODUCER_EPOCH
     if flexible:
-        tagged = r.skip_tagged_fields()
+        tagged = r.tagged_fields()
         if PREVIOUS_PRODUCER_ID_TAG in tagged:
-            previous_producer_id = _I64.unpack(_exact(tagged[PREVIOUS_PRODUCER_ID_TAG], 8))[0]
+            previous_producer_id = INT64.unpack(_exact(tagged[PREVIOUS_PRODUCER_ID_TAG], 8))[0]
         if LAST_PRODUCER_EPOCH_TAG in tagged:
-            last_producer_epoch = _I16.unpack(_exact(tagged[LAST_PRODUCER_EPOCH_TAG], 2))[0]
+            last_producer_epoch = INT16.unpack(_exact(tagged[LAST_PRODUCER_EPOCH_TAG], 2))[0]
     r.end()
     # As Kafka's loader: an Empty transaction has no partitions, whatever was written.
     if state is TransactionState.EMPTY:
@@ -317,11 +248,11 @@ def _exact(data: bytes, size: int) -> bytes:
 
 
 def decode_producer_id_block_value(value: bytes) -> ProducerIdBlock:
-    r = _Reader(value)
-    version = r.unpack(_I16)
+    r = _reader(value)
+    version = r.unpack(INT16)
     if version != PRODUCER_ID_BLOCK_VALUE_VERSION:
         raise TransactionLogRecordError(f"unknown producer id block value version {version}")
-    block = ProducerIdBlock(first_producer_id=r.unpack(_I64), size=r.unpack(_I32))
+    block = ProducerIdBlock(first_producer_id=r.unpack(INT64), size=r.unpack(INT32))
     r.end()
     if block.first_producer_id < 0 or block.size <= 0:
         raise TransactionLogRecordError(f"invalid producer id block {block}")
