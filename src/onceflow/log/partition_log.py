@@ -66,6 +66,39 @@ class ReadResult:
     next_offset: int  # the offset to read next (start_offset when data is empty)
 
 
+def assign_offsets(
+    data: bytes | bytearray | memoryview,
+    headers: list[tuple[int, BatchHeader]],
+    first_offset: int,
+    *,
+    leader_epoch: int,
+    append_time: int | None = None,
+) -> tuple[bytearray, list[tuple[int, BatchHeader]]]:
+    """The batches as the log stores them: consecutive offsets from `first_offset`, the leader
+    epoch, and with `append_time` the LogAppendTime type and timestamp (so a new CRC).
+
+    Returns the rewritten bytes and each batch's (position, header) with those values; shared
+    by every log that assigns offsets, so they all store what Kafka's log stores.
+    """
+    buf = bytearray(data)
+    assigned: list[tuple[int, BatchHeader]] = []
+    offset = first_offset
+    for position, header in headers:
+        set_base_offset(buf, position, offset)
+        set_partition_leader_epoch(buf, position, leader_epoch)
+        if append_time is not None:
+            attributes = header.attributes | TIMESTAMP_TYPE_MASK
+            set_attributes(buf, position, attributes)
+            set_max_timestamp(buf, position, append_time)
+            crc = set_crc(buf, position, header.size)
+            header = replace(header, attributes=attributes, max_timestamp=append_time, crc=crc)
+        assigned.append(
+            (position, replace(header, base_offset=offset, partition_leader_epoch=leader_epoch))
+        )
+        offset += header.last_offset_delta + 1
+    return buf, assigned
+
+
 class PartitionLog:
     """A partition's segments; see the module docstring for the threading contract."""
 
@@ -230,25 +263,13 @@ class PartitionLog:
         ):
             self._roll(now)
 
-        buf = bytearray(data)
-        assigned: list[tuple[int, BatchHeader]] = []
-        offset = first_offset
-        for position, header in headers:
-            set_base_offset(buf, position, offset)
-            set_partition_leader_epoch(buf, position, leader_epoch)
-            if log_append_time:
-                attributes = header.attributes | TIMESTAMP_TYPE_MASK
-                set_attributes(buf, position, attributes)
-                set_max_timestamp(buf, position, now)
-                crc = set_crc(buf, position, header.size)
-                header = replace(header, attributes=attributes, max_timestamp=now, crc=crc)
-            assigned.append(
-                (
-                    position,
-                    replace(header, base_offset=offset, partition_leader_epoch=leader_epoch),
-                )
-            )
-            offset += header.last_offset_delta + 1
+        buf, assigned = assign_offsets(
+            data,
+            headers,
+            first_offset,
+            leader_epoch=leader_epoch,
+            append_time=now if log_append_time else None,
+        )
         self._segments[-1].append(buf, assigned, config)
         return AppendInfo(
             first_offset=first_offset,

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import OffsetOutOfRangeError
-from onceflow.log.partition_log import AppendInfo, ReadResult
-from onceflow.records.batch import BatchHeader, set_base_offset
+from onceflow.log.partition_log import AppendInfo, ReadResult, assign_offsets
+from onceflow.records.batch import BatchHeader
 from onceflow.records.record import DecodedBatch, decode_batch
 
 
@@ -78,27 +78,20 @@ class SimulatedLog:
         *,
         leader_epoch: int = 0,
     ) -> AppendInfo:
-        del leader_epoch  # a single node: the partition leader epoch stays as sent
         if self._in_segment >= self.segment_batches:
             # Roll before the append, as PartitionLog does when the active segment is full.
             self._segment_bases.append(self.log_end_offset)
             self._in_segment = 0
-        buf = bytearray(data)
         first = self.log_end_offset
-        offset = first
-        assigned: list[tuple[int, BatchHeader]] = []
-        for position, header in headers:
-            set_base_offset(buf, position, offset)
-            stored = replace(header, base_offset=offset)
-            assigned.append((position, stored))
-            end = position + header.size
-            self.batches.append(StoredBatch(stored, bytes(buf[position:end])))
-            self._bases.append(offset)
-            offset = stored.next_offset
+        # LogAppendTime is not simulated: batches keep the timestamps they were sent with.
+        buf, assigned = assign_offsets(data, headers, first, leader_epoch=leader_epoch)
+        for position, stored in assigned:
+            self.batches.append(StoredBatch(stored, bytes(buf[position : position + stored.size])))
+            self._bases.append(stored.base_offset)
         self._in_segment += 1
         return AppendInfo(
             first_offset=first,
-            last_offset=offset - 1,
+            last_offset=self.log_end_offset - 1,
             log_append_time=-1,
             log_start_offset=self.log_start_offset,
             headers=assigned,
