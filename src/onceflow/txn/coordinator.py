@@ -286,13 +286,9 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: list[TopicPartition],
     ) -> tuple[ErrorCode, TransactionMetadata | None]:
-        if not transactional_id:
-            return ErrorCode.invalid_request, None
-        current = self._txns.get(transactional_id)
-        if current is None or current.producer_id != producer_id:
-            return ErrorCode.invalid_producer_id_mapping, None
-        if current.producer_epoch != producer_epoch:
-            return ErrorCode.producer_fenced, None
+        error, current = self._producer_txn(transactional_id, producer_id, producer_epoch)
+        if current is None:
+            return error, None
         if transactional_id in self._pending or current.state.is_prepare:
             return ErrorCode.concurrent_transactions, None
         if current.state is TransactionState.ONGOING and current.partitions.issuperset(partitions):
@@ -308,21 +304,29 @@ class TransactionCoordinator:
     ) -> dict[TopicPartition, ErrorCode]:
         # As Kafka, the durable state decides and a pending transition is ignored: the
         # partition leader checks again when it appends.
-        current = self._txns.get(transactional_id) if transactional_id else None
+        error, current = self._producer_txn(transactional_id, producer_id, producer_epoch)
+        if current is not None and current.state.is_prepare:
+            error, current = ErrorCode.concurrent_transactions, None
+        if current is None:
+            return {tp: error for tp in partitions}
+        return {
+            tp: ErrorCode.none if tp in current.partitions else ErrorCode.transaction_abortable
+            for tp in partitions
+        }
+
+    def _producer_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[ErrorCode, TransactionMetadata | None]:
+        """The durable metadata of the producer's transactional id, or (None and) the error
+        Kafka gives a request whose id, producer id or epoch does not match it."""
         if not transactional_id:
-            error = ErrorCode.invalid_request
-        elif current is None or current.producer_id != producer_id:
-            error = ErrorCode.invalid_producer_id_mapping
-        elif current.producer_epoch != producer_epoch:
-            error = ErrorCode.producer_fenced
-        elif current.state.is_prepare:
-            error = ErrorCode.concurrent_transactions
-        else:
-            return {
-                tp: ErrorCode.none if tp in current.partitions else ErrorCode.transaction_abortable
-                for tp in partitions
-            }
-        return {tp: error for tp in partitions}
+            return ErrorCode.invalid_request, None
+        current = self._txns.get(transactional_id)
+        if current is None or current.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping, None
+        if current.producer_epoch != producer_epoch:
+            return ErrorCode.producer_fenced, None
+        return ErrorCode.none, current
 
     def is_in_transaction(
         self,
@@ -347,13 +351,9 @@ class TransactionCoordinator:
     def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> CoordinatorResult[ErrorCode]:
-        if not transactional_id:
-            return CoordinatorResult([], ErrorCode.invalid_request)
-        current = self._txns.get(transactional_id)
-        if current is None or current.producer_id != producer_id:
-            return CoordinatorResult([], ErrorCode.invalid_producer_id_mapping)
-        if current.producer_epoch != producer_epoch:
-            return CoordinatorResult([], ErrorCode.producer_fenced)
+        error, current = self._producer_txn(transactional_id, producer_id, producer_epoch)
+        if current is None:
+            return CoordinatorResult([], error)
         if transactional_id in self._pending:
             return CoordinatorResult([], ErrorCode.concurrent_transactions)
         state = current.state
