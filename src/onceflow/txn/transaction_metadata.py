@@ -122,26 +122,30 @@ class TransactionMetadata:
             epoch, last_epoch = self.producer_epoch, self.last_producer_epoch
         else:
             return ErrorCode.producer_fenced
-        return self._transition_to(
-            TransactionState.EMPTY,
-            producer_epoch=epoch,
-            last_producer_epoch=last_epoch,
-            previous_producer_id=self.producer_id,
-            txn_timeout_ms=txn_timeout_ms,
-            partitions=frozenset(),
-            txn_start_timestamp=-1,
-            txn_last_update_timestamp=now_ms,
-        )
+        return self._initialized(self.producer_id, epoch, last_epoch, txn_timeout_ms, now_ms)
 
     def prepare_producer_id_rotation(
         self, new_producer_id: int, txn_timeout_ms: int, now_ms: int, record_last_epoch: bool
     ) -> TransactionMetadata:
         """InitProducerId with the epoch exhausted: a new producer id at epoch 0."""
+        last_epoch = self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH
+        return self._initialized(new_producer_id, 0, last_epoch, txn_timeout_ms, now_ms)
+
+    def _initialized(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        last_producer_epoch: int,
+        txn_timeout_ms: int,
+        now_ms: int,
+    ) -> TransactionMetadata:
+        """Empty after InitProducerId: the producer's new identity, the one it had remembered
+        as the previous producer id, and no transaction begun."""
         return self._transition_to(
             TransactionState.EMPTY,
-            producer_id=new_producer_id,
-            producer_epoch=0,
-            last_producer_epoch=self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            last_producer_epoch=last_producer_epoch,
             previous_producer_id=self.producer_id,
             txn_timeout_ms=txn_timeout_ms,
             partitions=frozenset(),
