@@ -36,17 +36,18 @@ def _java_trim(raw: str) -> str:
     return raw.strip("".join(map(chr, range(33))))
 
 
+def _invalid(value: object, name: str, reason: str) -> LogConfigError:
+    """Kafka's ConfigException(name, value, message): its message names the value and setting."""
+    return LogConfigError(f"Invalid value {value} for configuration {name}: {reason}")
+
+
 def _integer(name: str, raw: str, low: int, high: int, kind: str) -> int:
     text = _java_trim(raw)
     if not _INTEGER.fullmatch(text):
-        raise LogConfigError(
-            f"Invalid value {raw} for configuration {name}: Not a number of type {kind}"
-        )
+        raise _invalid(raw, name, f"Not a number of type {kind}")
     value = int(text)
     if not low <= value <= high:
-        raise LogConfigError(
-            f"Invalid value {raw} for configuration {name}: Not a number of type {kind}"
-        )
+        raise _invalid(raw, name, f"Not a number of type {kind}")
     return value
 
 
@@ -62,9 +63,7 @@ def _at_least_check(parse: Callable[[str, str], int], minimum: int) -> Check:
     def check(name: str, raw: str) -> None:
         value = parse(name, raw)
         if value < minimum:
-            raise LogConfigError(
-                f"Invalid value {value} for configuration {name}: Value must be at least {minimum}"
-            )
+            raise _invalid(value, name, f"Value must be at least {minimum}")
 
     return check
 
@@ -73,9 +72,8 @@ def _between_check(minimum: int, maximum: int) -> Check:
     def check(name: str, raw: str) -> None:
         value = parse_int(name, raw)
         if not minimum <= value <= maximum:
-            raise LogConfigError(
-                f"Invalid value {value} for configuration {name}: "
-                f"Value must be no less than {minimum} and no more than {maximum}"
+            raise _invalid(
+                value, name, f"Value must be no less than {minimum} and no more than {maximum}"
             )
 
     return check
@@ -84,33 +82,22 @@ def _between_check(minimum: int, maximum: int) -> Check:
 def _gzip_level(name: str, raw: str) -> None:
     value = parse_int(name, raw)
     if value != -1 and not 1 <= value <= 9:
-        raise LogConfigError(
-            f"Invalid value {value} for configuration {name}: "
-            "Value must be -1 (the default) or between 1 and 9"
-        )
+        raise _invalid(value, name, "Value must be -1 (the default) or between 1 and 9")
 
 
 def _boolean(name: str, raw: str) -> None:
     if _java_trim(raw).lower() not in ("true", "false"):
-        raise LogConfigError(
-            f"Invalid value {raw} for configuration {name}: "
-            "Expected value to be either true or false"
-        )
+        raise _invalid(raw, name, "Expected value to be either true or false")
 
 
 def parse_ratio(name: str, raw: str) -> float:
     """A DOUBLE setting between 0 and 1 (ConfigDef.Range.between(0, 1))."""
     text = _java_trim(raw)
     if not _DOUBLE.fullmatch(text):
-        raise LogConfigError(
-            f"Invalid value {raw} for configuration {name}: Not a number of type DOUBLE"
-        )
+        raise _invalid(raw, name, "Not a number of type DOUBLE")
     value = float(text.rstrip("fFdD"))
     if not (math.isfinite(value) and 0 <= value <= 1):
-        raise LogConfigError(
-            f"Invalid value {value} for configuration {name}: "
-            "Value must be no less than 0 and no more than 1"
-        )
+        raise _invalid(value, name, "Value must be no less than 0 and no more than 1")
     return value
 
 
@@ -130,10 +117,7 @@ def parse_cleanup_policy(name: str, raw: str) -> tuple[str, ...]:
         if not policy:
             raise LogConfigError(f"Configuration '{name}' values must not be empty.")
         if policy not in CLEANUP_POLICIES:
-            raise LogConfigError(
-                f"Invalid value {policy} for configuration {name}: "
-                f"String must be one of: {', '.join(CLEANUP_POLICIES)}"
-            )
+            raise _invalid(policy, name, f"String must be one of: {', '.join(CLEANUP_POLICIES)}")
     return policies
 
 
@@ -141,10 +125,7 @@ def _one_of(*allowed: str) -> Check:
     def check(name: str, raw: str) -> None:
         # ConfigDef.ValidString is case-sensitive and sees the trimmed value.
         if _java_trim(raw) not in allowed:
-            raise LogConfigError(
-                f"Invalid value {raw} for configuration {name}: "
-                f"String must be one of: {', '.join(allowed)}"
-            )
+            raise _invalid(raw, name, f"String must be one of: {', '.join(allowed)}")
 
     return check
 
@@ -153,9 +134,11 @@ def _throttled_replicas(name: str, raw: str) -> None:
     items = [_java_trim(item) for item in raw.split(",")] if _java_trim(raw) else []
     if items == ["*"] or all(_THROTTLED_REPLICA.fullmatch(item) for item in items):
         return
-    raise LogConfigError(
-        f"Invalid value {raw} for configuration {name}: must be the literal '*' or a list of "
-        "replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    raise _invalid(
+        raw,
+        name,
+        "must be the literal '*' or a list of "
+        "replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...",
     )
 
 
