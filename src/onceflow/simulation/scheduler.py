@@ -40,7 +40,7 @@ from onceflow.simulation.clients import (
     transactional_program,
 )
 from onceflow.simulation.messages import Answer, Produce, TopicPartition, TxnRecord, describe
-from onceflow.txn.aborted_index import AbortedTxn
+from onceflow.txn.aborted_index import AbortedTxn, aborted_entry
 from onceflow.txn.producer_state import ProducerStateManager
 from onceflow.txn.transaction_state import TransactionState
 
@@ -726,15 +726,9 @@ def _replay_from_scratch(
             kind, coordinator_epoch = parse_control_record(stored.decoded.records[0])
             control = (kind == ControlType.COMMIT, coordinator_epoch)
         completed = manager.replay(header, control)
-        if completed is not None and completed.is_aborted:
-            aborted.append(
-                AbortedTxn(
-                    completed.producer_id,
-                    completed.first_offset,
-                    completed.last_offset,
-                    completed.last_stable_offset,
-                )
-            )
+        entry = None if completed is None else aborted_entry(completed)
+        if entry is not None:
+            aborted.append(entry)
     manager.update_map_end_offset(log.log_end_offset)  # type: ignore[attr-defined]
     return manager, aborted
 

@@ -47,6 +47,18 @@ class AbortedTxn:
     last_stable_offset: int  # the partition's LSO right after the abort
 
 
+def aborted_entry(completed: CompletedTxn) -> AbortedTxn | None:
+    """The index entry of a completed transaction: None for a commit, which needs none."""
+    if not completed.is_aborted:
+        return None
+    return AbortedTxn(
+        completed.producer_id,
+        completed.first_offset,
+        completed.last_offset,
+        completed.last_stable_offset,
+    )
+
+
 def txn_index_file(directory: Path, base_offset: int) -> Path:
     return directory / f"{base_offset:020d}{TXN_INDEX_SUFFIX}"
 
@@ -142,14 +154,9 @@ class AbortedTxnIndex:
         `segment_base_offset` is the segment holding the marker; by default the segment of
         the directory's `.log` files that contains the marker's offset.
         """
-        if not completed.is_aborted:
+        txn = aborted_entry(completed)
+        if txn is None:
             return None
-        txn = AbortedTxn(
-            completed.producer_id,
-            completed.first_offset,
-            completed.last_offset,
-            completed.last_stable_offset,
-        )
         return self.append(txn, segment_base_offset)
 
     def append(self, txn: AbortedTxn, segment_base_offset: int | None = None) -> AbortedTxn:
