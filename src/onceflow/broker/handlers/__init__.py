@@ -1,6 +1,7 @@
 """API handlers, one module per family; importing this package registers them all."""
 
 from onceflow.broker.handlers import (  # noqa: F401
+    acls,
     alter_configs,
     api_versions,
     configs,
