@@ -55,7 +55,7 @@ def handle_describe_acls(broker: Broker, request: Request) -> Any:
     if authorizer is None:
         error, message = ErrorCode.security_disabled, _DISABLED
     elif not auth.authorize_cluster(request.session, auth.DESCRIBE):
-        error = ErrorCode.cluster_authorization_failed
+        error, message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
     else:
         acl_filter = _filter(request.body)
         try:

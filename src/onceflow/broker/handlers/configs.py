@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.dispatch import api
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
@@ -32,7 +33,13 @@ def handle_describe_configs(broker: Broker, request: Request) -> Any:
     for resource in req.resources:
         error, message = ErrorCode.none, None
         entries: dict[str, tuple[str, int]] = {}
-        if resource.resource_type == TOPIC:
+        resource_type = auth.TOPIC if resource.resource_type == TOPIC else auth.CLUSTER
+        name = resource.resource_name if resource_type == auth.TOPIC else auth.CLUSTER_NAME
+        if resource.resource_type in (TOPIC, BROKER) and not auth.authorize(
+            request.session, auth.DESCRIBE_CONFIGS, resource_type, name
+        ):
+            error = auth.failed(resource_type)
+        elif resource.resource_type == TOPIC:
             topic = broker.topics.get(resource.resource_name)
             if topic is None:
                 error = ErrorCode.unknown_topic_or_partition

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.dispatch import api
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
@@ -24,24 +25,34 @@ def handle_find_coordinator(broker: Broker, request: Request) -> Any:
     req = request.body
     cls = response_type(10, request.api_version)
     key_type = getattr(req, "key_type", GROUP)
-    error = ErrorCode.none if key_type in (GROUP, TRANSACTION) else ErrorCode.invalid_request
-    node = broker.config.node_id if error == ErrorCode.none else -1
-    host, port = broker.advertised_endpoint(request) if error == ErrorCode.none else ("", -1)
+    found = broker.advertised_endpoint(request) if key_type in (GROUP, TRANSACTION) else None
+
+    def answer(key: str) -> tuple[ErrorCode, int, str, int]:
+        if found is None:
+            return ErrorCode.invalid_request, -1, "", -1
+        resource = auth.GROUP if key_type == GROUP else auth.TRANSACTIONAL_ID
+        if not auth.authorize(request.session, auth.DESCRIBE, resource, key):
+            return auth.failed(resource), -1, "", -1
+        return ErrorCode.none, broker.config.node_id, *found
+
     if request.api_version >= 4:
         coordinator_cls = sibling(cls, "Coordinator")
-        coordinators = tuple(
-            build(
-                coordinator_cls,
-                key=key,
-                node_id=node,
-                host=host,
-                port=port,
-                error_code=error,
-                error_message=None,
+        coordinators = []
+        for key in req.coordinator_keys:
+            error, node, host, port = answer(key)
+            coordinators.append(
+                build(
+                    coordinator_cls,
+                    key=key,
+                    node_id=node,
+                    host=host,
+                    port=port,
+                    error_code=error,
+                    error_message=None,
+                )
             )
-            for key in req.coordinator_keys
-        )
-        return build(cls, throttle_time=datetime.timedelta(0), coordinators=coordinators)
+        return build(cls, throttle_time=datetime.timedelta(0), coordinators=tuple(coordinators))
+    error, node, host, port = answer(req.key)
     return build(
         cls,
         throttle_time=datetime.timedelta(0),

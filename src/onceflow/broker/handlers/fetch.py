@@ -14,6 +14,7 @@ from onceflow.broker.dispatch import api
 from onceflow.log.errors import DescriptorsExhaustedError, OffsetOutOfRangeError
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
@@ -33,7 +34,7 @@ class _Wanted:
     unknown_error: ErrorCode
 
 
-def _resolve(broker: Broker, req: Any, by_id: bool) -> list[list[_Wanted]]:
+def _resolve(broker: Broker, req: Any, by_id: bool, session: Any = None) -> list[list[_Wanted]]:
     out = []
     for topic in req.topics:
         if not topic.partitions:
@@ -41,6 +42,11 @@ def _resolve(broker: Broker, req: Any, by_id: bool) -> list[list[_Wanted]]:
         key = topic.topic_id if by_id else topic.topic
         found = broker.topics.by_id(key) if by_id else broker.topics.get(key)
         error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+        name = found.name if by_id and found is not None else key
+        if (found is not None or not by_id) and not auth.authorize(
+            session, auth.READ, auth.TOPIC, name
+        ):
+            found, error = None, ErrorCode.topic_authorization_failed
         row = []
         for p in topic.partitions:
             partition = None
@@ -144,7 +150,7 @@ def response_bytes_bound(broker: Broker, request: Request) -> int:
 @api(1, 4, 17)
 def handle_fetch(broker: Broker, request: Request) -> Any:
     req = request.body
-    wanted = _resolve(broker, req, by_id=request.api_version >= 13)
+    wanted = _resolve(broker, req, by_id=request.api_version >= 13, session=request.session)
     response, size, any_error = _read(broker, request, wanted)
     max_wait = req.max_wait.total_seconds()
     if any_error or size >= max(req.min_bytes, 1) or max_wait <= 0:

@@ -19,6 +19,7 @@ from onceflow.groups.coordinator import (
 )
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
@@ -33,6 +34,27 @@ def _ms(value: Any, default: int = -1) -> int:
     return int(value.total_seconds() * 1000)
 
 
+def _refused(request: Request) -> Any | None:
+    """GROUP_AUTHORIZATION_FAILED for a membership request without READ on its group (the
+    other fields as Kafka leaves them), else None."""
+    if auth.authorize(request.session, auth.READ, auth.GROUP, request.body.group_id):
+        return None
+    version = request.api_version
+    return build(
+        response_type(request.api_key, version),
+        throttle_time=ZERO,
+        error_code=ErrorCode.group_authorization_failed,
+        generation_id=-1,
+        protocol_type=None,
+        protocol_name="" if request.api_key == 11 and version < 7 else None,
+        leader="",
+        member_id="",
+        members=(),
+        skip_assignment=False,
+        assignment=b"",
+    )
+
+
 def _answer_later(broker: Broker) -> tuple[asyncio.Future[Any], Any]:
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -45,6 +67,8 @@ def _answer_later(broker: Broker) -> tuple[asyncio.Future[Any], Any]:
 
 @api(11, 0, 9)
 def handle_join_group(broker: Broker, request: Request) -> Any:
+    if (refused := _refused(request)) is not None:
+        return refused
     req = request.body
     version = request.api_version
     session = _ms(req.session_timeout)
@@ -96,6 +120,8 @@ async def _join_response(future: asyncio.Future[JoinResult], version: int) -> An
 
 @api(14, 0, 5)
 def handle_sync_group(broker: Broker, request: Request) -> Any:
+    if (refused := _refused(request)) is not None:
+        return refused
     req = request.body
     sync = SyncGroupRequest(
         group_id=req.group_id,
@@ -125,6 +151,8 @@ async def _sync_response(future: asyncio.Future[SyncResult], version: int) -> An
 
 @api(12, 0, 4)
 def handle_heartbeat(broker: Broker, request: Request) -> Any:
+    if (refused := _refused(request)) is not None:
+        return refused
     req = request.body
     error = broker.groups.heartbeat(
         req.group_id, req.member_id, req.generation_id, getattr(req, "group_instance_id", None)
@@ -134,6 +162,8 @@ def handle_heartbeat(broker: Broker, request: Request) -> Any:
 
 @api(13, 0, 5)
 def handle_leave_group(broker: Broker, request: Request) -> Any:
+    if (refused := _refused(request)) is not None:
+        return refused
     req = request.body
     cls = response_type(13, request.api_version)
     if request.api_version >= 3:
@@ -176,6 +206,10 @@ def handle_list_groups(broker: Broker, request: Request) -> Any:
     listings = broker.groups.list_groups(
         getattr(req, "states_filter", None), getattr(req, "types_filter", None)
     )
+    if not auth.authorize_cluster(request.session, auth.DESCRIBE):  # else only describable ones
+        listings = auth.filter_authorized(
+            request.session, auth.DESCRIBE, auth.GROUP, listings, lambda g: g.group_id
+        )
     error = ErrorCode.coordinator_load_in_progress if broker.groups.loading else ErrorCode.none
     return build(
         cls,
@@ -200,8 +234,22 @@ def handle_describe_groups(broker: Broker, request: Request) -> Any:
     cls = response_type(15, request.api_version)
     group_cls = sibling(cls, "DescribedGroup")
     member_cls = sibling(cls, "DescribedGroupMember")
-    out = []
-    for d in broker.groups.describe_groups(req.groups):
+    allowed = auth.filter_authorized(request.session, auth.DESCRIBE, auth.GROUP, req.groups)
+    out = [
+        build(
+            group_cls,
+            error_code=ErrorCode.group_authorization_failed,
+            group_id=group,
+            group_state="",
+            protocol_type="",
+            protocol_data="",
+            members=(),
+            authorized_operations=-2147483648,
+        )
+        for group in req.groups
+        if group not in allowed
+    ]
+    for d in broker.groups.describe_groups(allowed):
         # Up to v5 an unknown group is state Dead with no error, as Kafka answers.
         error = ErrorCode.none if d.error == ErrorCode.group_id_not_found else d.error
         out.append(
@@ -233,14 +281,17 @@ def handle_describe_groups(broker: Broker, request: Request) -> Any:
 @api(42, 0, 2)
 def handle_delete_groups(broker: Broker, request: Request) -> Any:
     req = request.body
-    result = broker.groups.delete_groups(req.groups_names)
+    allowed = auth.filter_authorized(request.session, auth.DELETE, auth.GROUP, req.groups_names)
+    result = broker.groups.delete_groups(allowed)
+    denied = {g: ErrorCode.group_authorization_failed for g in req.groups_names if g not in allowed}
     cls = response_type(42, request.api_version)
     result_cls = sibling(cls, "DeletableGroupResult")
     response = build(
         cls,
         throttle_time=ZERO,
         results=tuple(
-            build(result_cls, group_id=g, error_code=e) for g, e in result.response.items()
+            build(result_cls, group_id=g, error_code=e)
+            for g, e in {**denied, **result.response}.items()
         ),
     )
     return broker.write_offsets_records(result.records, response)

@@ -16,6 +16,7 @@ from onceflow.protocol.messages import response_type
 from onceflow.records.batch import check_batch, parse_header
 from onceflow.records.errors import RecordsError
 from onceflow.records.walker import walk_batch
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
@@ -106,10 +107,13 @@ def handle_list_offsets(broker: Broker, request: Request) -> Any:
     topics_out = []
     for t in req.topics:
         parts = []
+        describable = auth.authorize(request.session, auth.DESCRIBE, auth.TOPIC, t.name)
         for p in t.partitions:
             partition = broker.topics.partition(t.name, p.partition_index)
             error, offset, ts = ErrorCode.none, -1, -1
-            if partition is None:
+            if not describable:
+                error = ErrorCode.topic_authorization_failed
+            elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             else:
                 upper = partition.last_stable_offset if read_committed else partition.high_watermark

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -13,6 +13,7 @@ from onceflow.broker.dispatch import api
 from onceflow.broker.topics import NewTopic, Topic, TopicError, validate_topic_name
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
@@ -53,8 +54,10 @@ def handle_metadata(broker: Broker, request: Request) -> Any:
     if request.api_version == 0 and not requested:
         requested = None  # v0: an empty list means every topic
     allow_auto = getattr(req, "allow_auto_topic_creation", True)
-    if requested is None:
-        topics = tuple(describe(t) for t in broker.topics)
+    session = request.session
+    auto = allow_auto and broker.config.auto_create_topics_enable
+    if requested is None:  # every topic the principal may describe
+        topics = tuple(describe(t) for t in _describable(session, broker.topics))
     elif request.api_version < 12 and any(
         t.name is None or getattr(t, "topic_id", None) is not None for t in requested
     ):
@@ -68,12 +71,15 @@ def handle_metadata(broker: Broker, request: Request) -> Any:
         missing = [
             t.name
             for t in requested
-            if t.name is not None and broker.topics.get(t.name) is None and _legal(t.name)
+            if t.name is not None
+            and broker.topics.get(t.name) is None
+            and _legal(t.name)
+            and _may_create(session, t.name)
         ]
-        if missing and allow_auto and broker.config.auto_create_topics_enable:
+        if missing and auto:
             # Creating makes files: answered once they are made, off the event loop.
             return _after_auto_create(broker, request, list(dict.fromkeys(missing)))
-        topics = _describe_wanted(broker, requested, describe, failed, {})
+        topics = _describe_wanted(broker, requested, describe, failed, {}, session, auto)
     return _metadata_response(broker, request, cls, topics)
 
 
@@ -85,7 +91,9 @@ async def _after_auto_create(broker: Broker, request: Request, missing: list[str
         broker,
         request,
         cls,
-        _describe_wanted(broker, request.body.topics, describe, failed, created),
+        _describe_wanted(
+            broker, request.body.topics, describe, failed, created, request.session, True
+        ),
     )
 
 
@@ -130,6 +138,16 @@ def _describers(broker: Broker, cls: type) -> tuple[Callable[..., Any], Callable
     return describe, failed
 
 
+def _describable(session: Any, topics: Iterable[Topic]) -> list[Topic]:
+    return auth.filter_authorized(session, auth.DESCRIBE, auth.TOPIC, topics, lambda t: t.name)
+
+
+def _may_create(session: Any, name: str) -> bool:
+    """CREATE on the Cluster, or on the topic (Kafka's rule for auto-creation)."""
+    cluster = auth.authorize(session, auth.CREATE, auth.CLUSTER, log_if_denied=False)
+    return cluster or auth.authorize(session, auth.CREATE, auth.TOPIC, name)
+
+
 def _legal(name: str) -> bool:
     try:
         validate_topic_name(name)
@@ -144,12 +162,17 @@ def _describe_wanted(
     describe: Callable[..., Any],
     failed: Callable[..., Any],
     created: dict[str, Topic],
+    session: Any = None,
+    auto: bool = False,
 ) -> tuple[Any, ...]:
     out = []
     for wanted in requested:
         name = wanted.name
         if name is None:
             topic = broker.topics.by_id(wanted.topic_id)
+            if topic is not None and not _describable(session, [topic]):
+                out.append(failed(None, ErrorCode.topic_authorization_failed, wanted.topic_id))
+                continue
             out.append(
                 describe(topic)
                 if topic
@@ -157,6 +180,11 @@ def _describe_wanted(
             )
             continue
         topic = broker.topics.get(name) or created.get(name)
+        if not auth.authorize(session, auth.DESCRIBE, auth.TOPIC, name) or (
+            topic is None and auto and _legal(name) and not _may_create(session, name)
+        ):
+            out.append(failed(name, ErrorCode.topic_authorization_failed))
+            continue
         if topic is None and not _legal(name):
             out.append(failed(name, ErrorCode.invalid_topic_exception))
             continue

@@ -13,6 +13,7 @@ from onceflow.groups.coordinator import CoordinatorLoadInProgressError
 from onceflow.groups.offsets import OffsetAndMetadata, OffsetFetchEntry, TopicPartition
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
@@ -22,14 +23,19 @@ ZERO = datetime.timedelta(0)
 
 
 def requested_offsets(
-    broker: Broker, topics: Any
+    broker: Broker, topics: Any, session: Any = None
 ) -> tuple[dict[TopicPartition, OffsetAndMetadata], dict[TopicPartition, ErrorCode]]:
-    """The offsets of an (Txn)OffsetCommit request, and errors for partitions that do not exist."""
+    """The offsets of an (Txn)OffsetCommit request, and errors for partitions that do not exist
+    or whose topic the principal may not READ."""
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
     errors: dict[TopicPartition, ErrorCode] = {}
     for t in topics:
+        readable = auth.authorize(session, auth.READ, auth.TOPIC, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
+            if not readable:
+                errors[tp] = ErrorCode.topic_authorization_failed
+                continue
             if broker.topics.partition(t.name, p.partition_index) is None:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
                 continue
@@ -59,7 +65,11 @@ def commit_response(cls: type, errors: dict[TopicPartition, ErrorCode]) -> Any:
 @api(8, 2, 9)
 def handle_offset_commit(broker: Broker, request: Request) -> Any:
     req = request.body
-    offsets, errors = requested_offsets(broker, req.topics)
+    if not auth.authorize(request.session, auth.READ, auth.GROUP, req.group_id):
+        every = {(t.name, p.partition_index) for t in req.topics for p in t.partitions}
+        denied = dict.fromkeys(sorted(every), ErrorCode.group_authorization_failed)
+        return commit_response(response_type(8, request.api_version), denied)
+    offsets, errors = requested_offsets(broker, req.topics, request.session)
     retention = getattr(req, "retention_time", None)
     retention_ms = -1 if retention is None else int(retention.total_seconds() * 1000)
     result = broker.groups.commit_offsets(
@@ -77,15 +87,31 @@ def handle_offset_commit(broker: Broker, request: Request) -> Any:
 
 
 def _fetch_group(
-    broker: Broker, group_id: str, topics: Any, require_stable: bool
+    broker: Broker, group_id: str, topics: Any, require_stable: bool, session: Any = None
 ) -> tuple[ErrorCode, dict[TopicPartition, OffsetFetchEntry]]:
-    partitions = (
-        None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    )
+    asked = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    if not auth.authorize(session, auth.DESCRIBE, auth.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, {}
+    # Partitions of topics the principal may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED each
+    # (or, when all are asked for, left out), as Kafka does.
+    describable = {
+        name
+        for name in {tp[0] for tp in asked or ()}
+        if auth.authorize(session, auth.DESCRIBE, auth.TOPIC, name)
+    }
+    partitions = None if asked is None else [tp for tp in asked if tp[0] in describable]
     try:
-        return ErrorCode.none, broker.groups.fetch_offsets(group_id, partitions, require_stable)
+        entries = broker.groups.fetch_offsets(group_id, partitions, require_stable)
     except CoordinatorLoadInProgressError:
         return ErrorCode.coordinator_load_in_progress, {}
+    if asked is None:
+        return ErrorCode.none, dict(
+            auth.filter_authorized(
+                session, auth.DESCRIBE, auth.TOPIC, entries.items(), lambda item: item[0][0]
+            )
+        )
+    denied = OffsetFetchEntry(error=ErrorCode.topic_authorization_failed)
+    return ErrorCode.none, {**entries, **{tp: denied for tp in asked if tp[0] not in describable}}
 
 
 def _topics(
@@ -116,7 +142,9 @@ def handle_offset_fetch(broker: Broker, request: Request) -> Any:
         group_cls = sibling(cls, "OffsetFetchResponseGroup")
         groups = []
         for g in req.groups:
-            error, entries = _fetch_group(broker, g.group_id, g.topics, require_stable)
+            error, entries = _fetch_group(
+                broker, g.group_id, g.topics, require_stable, request.session
+            )
             groups.append(
                 build(
                     group_cls,
@@ -128,7 +156,7 @@ def handle_offset_fetch(broker: Broker, request: Request) -> Any:
                 )
             )
         return build(cls, throttle_time=ZERO, groups=tuple(groups))
-    error, entries = _fetch_group(broker, req.group_id, req.topics, require_stable)
+    error, entries = _fetch_group(broker, req.group_id, req.topics, require_stable, request.session)
     if request.api_version < 2 and error != ErrorCode.none:
         entries = {tp: OffsetFetchEntry(error=error) for tp in entries}
     return build(

@@ -25,6 +25,7 @@ from onceflow.broker.durability import PartitionsNotDurableError
 from onceflow.broker.faults import crash_point, delay_point
 from onceflow.protocol.entities import build, has_field, sibling
 from onceflow.protocol.messages import response_type
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.broker.partition import Partition
@@ -52,11 +53,16 @@ def handle_produce(broker: Broker, request: Request) -> Any:
     )
     if req.acks not in (0, 1, -1):
         error_all: ErrorCode | None = ErrorCode.invalid_required_acks
+    elif req.transactional_id is not None and not auth.authorize(
+        request.session, auth.WRITE, auth.TRANSACTIONAL_ID, req.transactional_id
+    ):
+        error_all = ErrorCode.transactional_id_authorization_failed
     else:
         error_all = None
     touched: list[Partition] = []
     topics_out = []
     for topic_data in req.topic_data:
+        writable = auth.authorize(request.session, auth.WRITE, auth.TOPIC, topic_data.name)
         parts_out = []
         for pdata in topic_data.partition_data:
             partition = broker.topics.partition(topic_data.name, pdata.index)
@@ -65,6 +71,8 @@ def handle_produce(broker: Broker, request: Request) -> Any:
             record_errors: tuple[Any, ...] = ()
             if error_all is not None:
                 error = error_all
+            elif not writable:
+                error = ErrorCode.topic_authorization_failed
             elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif not pdata.records:

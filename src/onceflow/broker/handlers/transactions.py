@@ -22,7 +22,8 @@ from onceflow.broker.transactions import (
 )
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
-from onceflow.txn.coordinator import InitProducerIdResponse, error_for_version
+from onceflow.security import authorization as auth
+from onceflow.txn.coordinator import InitProducerIdResponse, TxnDescription, error_for_version
 
 if TYPE_CHECKING:
     from onceflow.broker.server import Broker
@@ -68,12 +69,29 @@ def _after_markers(
 @api(22, 0, 5)
 def handle_init_producer_id(broker: Broker, request: Request) -> Any:
     req = request.body
+    if (refused := _init_refused(request)) is not None:
+        return _init_answer(request, InitProducerIdResponse(refused))
     return _after_markers(
         broker,
         req.transactional_id,
         lambda: _init(broker, request),
         lambda error: _init_answer(request, InitProducerIdResponse(error)),
     )
+
+
+def _init_refused(request: Request) -> ErrorCode | None:
+    """WRITE on the transactional id; without one (an idempotent producer), IDEMPOTENT_WRITE
+    on the Cluster or WRITE on some topic (Kafka 3+)."""
+    session, txn_id = request.session, request.body.transactional_id
+    if txn_id is not None:
+        if auth.authorize(session, auth.WRITE, auth.TRANSACTIONAL_ID, txn_id):
+            return None
+        return ErrorCode.transactional_id_authorization_failed
+    if auth.authorize(
+        session, auth.IDEMPOTENT_WRITE, auth.CLUSTER, log_if_denied=False
+    ) or auth.authorize_by_resource_type(session, auth.WRITE, auth.TOPIC):
+        return None
+    return ErrorCode.cluster_authorization_failed
 
 
 def _init(broker: Broker, request: Request) -> Any:
@@ -116,6 +134,9 @@ def _init_answer(request: Request, answer: InitProducerIdResponse) -> Any:
 @api(24, 0, 3)
 def handle_add_partitions_to_txn(broker: Broker, request: Request) -> Any:
     txn_id = request.body.v3_and_below_transactional_id
+    if not _may_write_txn(request, txn_id):
+        failed = ErrorCode.transactional_id_authorization_failed
+        return _add_partitions_response(request, _every_partition(request, failed))
     return _after_markers(
         broker,
         txn_id,
@@ -131,15 +152,16 @@ def _every_partition(request: Request, error: ErrorCode) -> dict[tuple[str, int]
 def _add_partitions(broker: Broker, request: Request) -> Any:
     req = request.body
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if broker.topics.partition(*tp) is None}
-    if unknown:
-        # As Kafka: nothing is added; unknown partitions fail, the others are not attempted.
-        errors = {
-            tp: ErrorCode.unknown_topic_or_partition
-            if tp in unknown
-            else ErrorCode.operation_not_attempted
-            for tp in wanted
-        }
+    writable = set(
+        auth.filter_authorized(request.session, auth.WRITE, auth.TOPIC, {t for t, _ in wanted})
+    )
+    refused = {tp: ErrorCode.topic_authorization_failed for tp in wanted if tp[0] not in writable}
+    unknown = {tp: ErrorCode.unknown_topic_or_partition for tp in wanted if tp not in refused
+               and broker.topics.partition(*tp) is None}  # fmt: skip
+    if refused or unknown:
+        # As Kafka: nothing is added; those partitions fail, the others are not attempted.
+        failed = {**unknown, **refused}
+        errors = {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
         return _add_partitions_response(request, errors)
     result = broker.transactions.coordinator.add_partitions(
         req.v3_and_below_transactional_id,
@@ -183,6 +205,10 @@ def _add_partitions_response(request: Request, errors: dict[tuple[str, int], Err
 @api(25, 0, 4)
 def handle_add_offsets_to_txn(broker: Broker, request: Request) -> Any:
     req = request.body
+    if not _may_write_txn(request, req.transactional_id):
+        return _simple_answer(request, 25, ErrorCode.transactional_id_authorization_failed)
+    if not auth.authorize(request.session, auth.READ, auth.GROUP, req.group_id):
+        return _simple_answer(request, 25, ErrorCode.group_authorization_failed)
 
     def add() -> Any:
         result = broker.transactions.coordinator.add_offsets(
@@ -198,10 +224,16 @@ def handle_add_offsets_to_txn(broker: Broker, request: Request) -> Any:
 @api(26, 0, 4)
 def handle_end_txn(broker: Broker, request: Request) -> Any:
     req = request.body
+    if not _may_write_txn(request, req.transactional_id):
+        return _simple_answer(request, 26, ErrorCode.transactional_id_authorization_failed)
     result = broker.transactions.coordinator.end_txn(
         req.transactional_id, req.producer_id, req.producer_epoch, req.committed
     )
     return _simple_later(broker, request, 26, result)
+
+
+def _may_write_txn(request: Request, transactional_id: str) -> bool:
+    return auth.authorize(request.session, auth.WRITE, auth.TRANSACTIONAL_ID, transactional_id)
 
 
 async def _simple_later(broker: Broker, request: Request, api_key: int, result: Any) -> Any:
@@ -224,7 +256,16 @@ def _simple_answer(request: Request, api_key: int, error: ErrorCode) -> Any:
 def handle_txn_offset_commit(broker: Broker, request: Request) -> Any:
     req = request.body
     cls = response_type(28, request.api_version)
-    offsets, errors = requested_offsets(broker, req.topics)
+    if not _may_write_txn(request, req.transactional_id):
+        refused: ErrorCode | None = ErrorCode.transactional_id_authorization_failed
+    elif not auth.authorize(request.session, auth.READ, auth.GROUP, req.group_id):
+        refused = ErrorCode.group_authorization_failed
+    else:
+        refused = None
+    if refused is not None:
+        every = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+        return commit_response(cls, dict.fromkeys(every, refused))
+    offsets, errors = requested_offsets(broker, req.topics, request.session)
     coordinator = broker.transactions.coordinator
     if not broker.transactions.verify_partition(
         req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, 0
@@ -270,11 +311,27 @@ def handle_describe_transactions(broker: Broker, request: Request) -> Any:
             transaction_start_time=_datetime(d.transaction_start_time_ms),
             producer_id=d.producer_id,
             producer_epoch=d.producer_epoch,
-            topics=tuple(build(topic_cls, topic=t, partitions=ps) for t, ps in d.topics),
+            topics=tuple(
+                build(topic_cls, topic=t, partitions=ps)
+                for t, ps in auth.filter_authorized(
+                    request.session, auth.DESCRIBE, auth.TOPIC, d.topics, lambda t: t[0]
+                )
+            ),
         )
-        for d in broker.transactions.coordinator.describe(list(request.body.transactional_ids))
+        for d in _describe_transactions(broker, request)
     )
     return build(cls, throttle_time=ZERO, transaction_states=states)
+
+
+def _describe_transactions(broker: Broker, request: Request) -> list[TxnDescription]:
+    """DESCRIBE on each transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    ids = list(request.body.transactional_ids)
+    allowed = set(
+        auth.filter_authorized(request.session, auth.DESCRIBE, auth.TRANSACTIONAL_ID, ids)
+    )
+    found = iter(broker.transactions.coordinator.describe([i for i in ids if i in allowed]))
+    failed = ErrorCode.transactional_id_authorization_failed
+    return [next(found) if i in allowed else TxnDescription(i, failed) for i in ids]
 
 
 @api(66, 0, 1)
@@ -292,8 +349,14 @@ def handle_list_transactions(broker: Broker, request: Request) -> Any:
         "Dead",
         "PrepareEpochFence",
     }
-    listings = broker.transactions.coordinator.list(
-        req.state_filters, req.producer_id_filters, getattr(req, "duration_filter", -1)
+    listings = auth.filter_authorized(
+        request.session,
+        auth.DESCRIBE,
+        auth.TRANSACTIONAL_ID,
+        broker.transactions.coordinator.list(
+            req.state_filters, req.producer_id_filters, getattr(req, "duration_filter", -1)
+        ),
+        lambda t: t.transactional_id,
     )
     return build(
         cls,
@@ -321,14 +384,17 @@ def handle_describe_producers(broker: Broker, request: Request) -> Any:
     topics = []
     for t in request.body.topics:
         parts = []
+        readable = auth.authorize(request.session, auth.READ, auth.TOPIC, t.name)
         for index in t.partition_indexes:
-            partition = broker.topics.partition(t.name, index)
+            partition = broker.topics.partition(t.name, index) if readable else None
             if partition is None:
                 parts.append(
                     build(
                         part_cls,
                         partition_index=index,
-                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_code=ErrorCode.unknown_topic_or_partition
+                        if readable
+                        else ErrorCode.topic_authorization_failed,
                         error_message=None,
                         active_producers=(),
                     )
