@@ -117,14 +117,9 @@ async def _create(broker: Broker, request: Request) -> Any:
             plan = plan_creations(authorizer.bindings(), [_binding(c) for c in creations])
             results = plan.results
             if plan.created:
-                try:
-                    await asyncio.to_thread(store_acls, security.data_dir, plan.acls)
-                except AclStoreError as e:
-                    log.error("%s", e)
-                    results = failed_all(len(creations), ErrorCode.kafka_storage_error, str(e))
-                else:
-                    authorizer.install(plan.acls)
-                    _log_change(request, "created", plan.created)
+                error = await _store(broker, request, plan.acls, "created", plan.created)
+                if error is not None:
+                    results = failed_all(len(creations), ErrorCode.kafka_storage_error, error)
     cls = response_type(CREATE_ACLS, request.api_version)
     result_cls = sibling(cls, "AclCreationResult")
     return build(
@@ -160,15 +155,10 @@ async def _delete(broker: Broker, request: Request) -> Any:
             plan = plan_deletions(authorizer.bindings(), [_filter(f) for f in filters])
             results = plan.results
             if plan.deleted:
-                try:
-                    await asyncio.to_thread(store_acls, security.data_dir, plan.acls)
-                except AclStoreError as e:
-                    log.error("%s", e)
-                    failure = Outcome(ErrorCode.kafka_storage_error, str(e))
+                error = await _store(broker, request, plan.acls, "deleted", plan.deleted)
+                if error is not None:
+                    failure = Outcome(ErrorCode.kafka_storage_error, error)
                     results = [(failure, []) for _ in filters]
-                else:
-                    authorizer.install(plan.acls)
-                    _log_change(request, "deleted", plan.deleted)
     cls = response_type(DELETE_ACLS, request.api_version)
     result_cls, matching_cls = (
         sibling(cls, "DeleteAclsFilterResult"),
@@ -203,13 +193,29 @@ async def _delete(broker: Broker, request: Request) -> Any:
     )
 
 
-def _log_change(request: Request, verb: str, bindings: list[AclBinding]) -> None:
+async def _store(
+    broker: Broker,
+    request: Request,
+    acls: frozenset[AclBinding],
+    verb: str,
+    changed: list[AclBinding],
+) -> str | None:
+    """Write the new ACL set, then serve it; the error's text if it could not be written."""
+    security = broker.security
+    assert security.authorizer is not None
+    try:
+        await asyncio.to_thread(store_acls, security.data_dir, acls)
+    except AclStoreError as e:
+        log.error("%s", e)
+        return str(e)
+    security.authorizer.install(acls)
     log.info(
         "ACLs %s by %s: %s",
         verb,
         request.session.principal if request.session else "?",
-        "; ".join(f"{b.pattern} {b.entry}" for b in bindings),
+        "; ".join(f"{b.pattern} {b.entry}" for b in changed),
     )
+    return None
 
 
 def _enum(cls: type[E], value: int, unknown: E) -> E:
