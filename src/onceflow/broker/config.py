@@ -9,6 +9,7 @@ from typing import Any
 
 from onceflow.log.config import parse_cleanup_policy
 from onceflow.log.errors import LogConfigError
+from onceflow.security.authorizer import AUTHORIZER_CLASS_NAMES
 from onceflow.security.listeners import (
     DEFAULT_PROTOCOL_MAP,
     Listener,
@@ -113,6 +114,10 @@ class BrokerConfig:
     connection_failed_authentication_delay_ms: int = _kafka(
         "connection.failed.authentication.delay.ms", 100
     )
+    # ACLs (security/authorizer.py): on only with one of Kafka's authorizer class names.
+    authorizer_class_name: str = _kafka("authorizer.class.name", "")
+    super_users: str = _kafka("super.users", "")
+    allow_everyone_if_no_acl_found: bool = _kafka("allow.everyone.if.no.acl.found", False)
 
     def __post_init__(self) -> None:
         _check_cleaner_settings(self)
@@ -121,6 +126,16 @@ class BrokerConfig:
         self.enabled_mechanisms()
         if self.connection_failed_authentication_delay_ms < 0:
             raise ConfigError("setting 'connection.failed.authentication.delay.ms' is negative")
+        self.authorizer_enabled()
+
+    def authorizer_enabled(self) -> bool:
+        name = self.authorizer_class_name.strip()
+        if name and name not in AUTHORIZER_CLASS_NAMES:
+            raise ConfigError(
+                f"authorizer.class.name={name}: onceflow's authorizer answers to "
+                f"{' or '.join(AUTHORIZER_CLASS_NAMES)}"
+            )
+        return bool(name)
 
     def listener_list(self) -> list[Listener]:
         """`listeners`, or the one PLAINTEXT listener of --listen (host, port)."""

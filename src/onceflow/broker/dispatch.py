@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from kio.index import load_request_schema
 
 from onceflow.broker.handlers import (
+    acls,
     alter_configs,
     api_versions,
     configs,
@@ -96,6 +97,9 @@ API_HANDLERS: tuple[ApiHandler[Any], ...] = (
     ApiHandler(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl.handle_sasl_authenticate, "security"),
     ApiHandler(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, scram.handle_describe, "security"),
     ApiHandler(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, scram.handle_alter, "security"),
+    ApiHandler(ApiKey.DESCRIBE_ACLS, 1, 3, acls.handle_describe_acls, "security"),
+    ApiHandler(ApiKey.CREATE_ACLS, 1, 3, acls.handle_create_acls, "security"),
+    ApiHandler(ApiKey.DELETE_ACLS, 1, 3, acls.handle_delete_acls, "security"),
 )
 
 

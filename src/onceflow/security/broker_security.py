@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from onceflow.security.acl_store import AclStoreError, load_acls
+from onceflow.security.authorizer import Authorizer, parse_super_users
 from onceflow.security.credentials import CredentialStore, CredentialStoreError
 from onceflow.security.listeners import Listener, ListenerError, advertised_endpoints
 from onceflow.security.session import SaslSettings, Session
@@ -31,8 +33,13 @@ class BrokerSecurity:
     tls: ssl.SSLContext | None
     sasl: SaslSettings
     credentials: CredentialStore
+    # With `authorizer.class.name` set: the ACLs and their decisions (else everything allowed).
+    authorizer: Authorizer | None = None
+    data_dir: Path = Path()
     # AlterUserScramCredentials: one at a time, each planned against what the last one stored.
     credentials_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # CreateAcls and DeleteAcls likewise.
+    acls_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> BrokerSecurity:
@@ -55,14 +62,21 @@ class BrokerSecurity:
                     )
                 )
             credentials = CredentialStore.open(Path(config.data_dir))
-        except (ListenerError, TlsConfigError, CredentialStoreError) as e:
+            authorizer = None
+            if config.authorizer_enabled():
+                authorizer = Authorizer(
+                    load_acls(Path(config.data_dir)),
+                    parse_super_users(config.super_users),
+                    config.allow_everyone_if_no_acl_found,
+                )
+        except (ListenerError, TlsConfigError, CredentialStoreError, AclStoreError) as e:
             raise SecurityConfigError(str(e)) from None
         sasl = SaslSettings(
             enabled_mechanisms=config.enabled_mechanisms(),
             failed_authentication_delay_s=config.connection_failed_authentication_delay_ms / 1000,
             credentials=credentials,
         )
-        return cls(listeners, advertised, tls, sasl, credentials)
+        return cls(listeners, advertised, tls, sasl, credentials, authorizer, Path(config.data_dir))
 
     def new_session(
         self, listener: Listener, peer: str, host: str, api_versions: tuple[int, int]
@@ -73,6 +87,7 @@ class BrokerSecurity:
             host,
             self.sasl if listener.protocol.uses_sasl else None,
             api_versions,
+            authorizer=self.authorizer,
         )
 
     def advertised_endpoint(self, listener_name: str, bound_port: int) -> tuple[str, int]:

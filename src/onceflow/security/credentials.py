@@ -1,6 +1,6 @@
 """The SCRAM credential store: salt, iterations, stored and server keys per user and mechanism,
-durable in the data directory (`scram-credentials.json`, replaced atomically and fsynced, so a
-kill -9 leaves the old file or the new one). Never a password.
+durable in the data directory (`scram-credentials.json`, replaced atomically and fsynced by
+durable_file.py). Never a password.
 
 The file is small and read whole at start; a change builds the new table, writes it (off the
 event loop in the broker), and only then serves it, so what a client was told is on disk.
@@ -9,16 +9,14 @@ event loop in the broker), and only then serves it, so what a client was told is
 from __future__ import annotations
 
 import base64
-import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from onceflow.security.durable_file import DurableFileError, read_json, write_json_atomically
 from onceflow.security.scram import MECHANISMS, ScramCredential, ScramMechanism
 
 CREDENTIALS_FILE = "scram-credentials.json"
-_TMP = CREDENTIALS_FILE + ".tmp"
 FORMAT_VERSION = 1
 
 # user -> mechanism name -> credential
@@ -38,7 +36,7 @@ class CredentialStore:
     def open(cls, data_dir: Path) -> CredentialStore:
         path = data_dir / CREDENTIALS_FILE
         try:
-            raw = json.loads(path.read_text()) if path.exists() else {}
+            raw = read_json(path) or {}
         except (OSError, ValueError) as e:
             raise CredentialStoreError(f"cannot read {path}: {e}") from None
         try:
@@ -83,23 +81,10 @@ class CredentialStore:
                 for user, by_mechanism in sorted(table.items())
             },
         }
-        tmp = self.data_dir / _TMP
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(payload, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.data_dir / CREDENTIALS_FILE)
-            dir_fd = os.open(self.data_dir, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except OSError as e:
-            raise CredentialStoreError(
-                f"cannot write {self.data_dir / CREDENTIALS_FILE}: {e.strerror or e}"
-            ) from e
+            write_json_atomically(self.data_dir / CREDENTIALS_FILE, payload)
+        except DurableFileError as e:
+            raise CredentialStoreError(str(e)) from e
 
     def install(self, table: Table) -> None:
         """Serve `table` (once written)."""

@@ -22,6 +22,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.protocol.errors import ProtocolError
+from onceflow.security.authorizer import Authorizer
 from onceflow.security.credentials import CredentialStore
 from onceflow.security.listeners import Listener
 from onceflow.security.principal import ANONYMOUS, KafkaPrincipal, certificate_principal, user
@@ -79,6 +80,8 @@ class Session:
     must_close: bool = False
     on_must_close: Callable[[], None] | None = field(default=None, repr=False)
     mechanism: str | None = None
+    # The broker's authorizer when ACLs are on (authorization.py asks it), else None.
+    authorizer: Authorizer | None = field(default=None, repr=False)
     _server: MechanismServer | None = field(default=None, repr=False)
     _busy: bool = False
 

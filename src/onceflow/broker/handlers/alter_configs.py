@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.handlers.configs import BROKER, TOPIC, resource_result
+from onceflow.broker.handlers.configs import BROKER, BROKER_LOGGER, TOPIC, resource_result
 from onceflow.broker.handlers.context import AdminContext
 from onceflow.broker.handlers.responses import response_classes
 from onceflow.broker.handlers.topics_admin import topic_error_code
 from onceflow.broker.topics import ConfigUpdate, InvalidConfigError, TopicError
 from onceflow.protocol.entities import build
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
@@ -79,6 +80,9 @@ def _alter(ctx: AdminContext, request: Request, incremental: bool) -> Any:
     for i, resource in enumerate(resources):
         if outcomes[i] is not None:
             continue
+        if not _may_alter(request, resource):
+            outcomes[i] = (_refusal(resource), None)
+            continue
         try:
             update = _check_resource(ctx, resource, incremental)
         except ResourceError as e:
@@ -92,6 +96,21 @@ def _alter(ctx: AdminContext, request: Request, incremental: bool) -> Any:
     if not updates:
         return _response(request, resources, outcomes)
     return _alter_topics(ctx, request, resources, outcomes, updates, topic_index)
+
+
+def _may_alter(request: Request, resource: Any) -> bool:
+    """ALTER_CONFIGS on the topic, or on the Cluster for the broker's own resources."""
+    if resource.resource_type == TOPIC:
+        return auth.authorize(
+            request.session, auth.ALTER_CONFIGS, auth.TOPIC, resource.resource_name
+        )
+    if resource.resource_type in (BROKER, BROKER_LOGGER):
+        return auth.authorize_cluster(request.session, auth.ALTER_CONFIGS)
+    return True  # answered INVALID_REQUEST by the checks
+
+
+def _refusal(resource: Any) -> ErrorCode:
+    return auth.failed(auth.TOPIC if resource.resource_type == TOPIC else auth.CLUSTER)
 
 
 async def _alter_topics(

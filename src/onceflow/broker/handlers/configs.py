@@ -10,12 +10,14 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.handlers.context import AdminContext
 from onceflow.broker.handlers.responses import response_classes
 from onceflow.protocol.entities import build
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
 
 TOPIC = 2
 BROKER = 4
+BROKER_LOGGER = 8
 DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
@@ -44,7 +46,13 @@ def handle_describe_configs(ctx: AdminContext, request: Request) -> Any:
     for resource in request.body.resources:
         error, message = ErrorCode.none, None
         entries: dict[str, tuple[str, int]] = {}
-        if resource.resource_type == TOPIC:
+        resource_type = auth.TOPIC if resource.resource_type == TOPIC else auth.CLUSTER
+        name = resource.resource_name if resource_type == auth.TOPIC else auth.CLUSTER_NAME
+        if resource.resource_type in (TOPIC, BROKER) and not auth.authorize(
+            request.session, auth.DESCRIBE_CONFIGS, resource_type, name
+        ):
+            error = auth.failed(resource_type)
+        elif resource.resource_type == TOPIC:
             topic = ctx.topics.get(resource.resource_name)
             if topic is None:
                 error = ErrorCode.unknown_topic_or_partition

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.handlers.context import AdminContext
 from onceflow.broker.handlers.responses import response_class
 from onceflow.protocol.entities import build, sibling
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
@@ -22,20 +23,41 @@ def handle_find_coordinator(ctx: AdminContext, request: Request) -> Any:
     req = request.body
     cls = response_class(request)
     key_type = getattr(req, "key_type", GROUP)
-    known = key_type in (GROUP, TRANSACTION)
-    host, port = ctx.endpoint(request) if known else ("", -1)
-    found = {
-        "node_id": ctx.node.node_id if known else -1,
-        "host": host,
-        "port": port,
-        "error_code": ErrorCode.none if known else ErrorCode.invalid_request,
-        "error_message": None,
-    }
+    found = ctx.endpoint(request) if key_type in (GROUP, TRANSACTION) else None
+
+    def answer(key: str) -> tuple[ErrorCode, int, str, int]:
+        if found is None:
+            return ErrorCode.invalid_request, -1, "", -1
+        resource = auth.GROUP if key_type == GROUP else auth.TRANSACTIONAL_ID
+        if not auth.authorize(request.session, auth.DESCRIBE, resource, key):
+            return auth.failed(resource), -1, "", -1
+        return ErrorCode.none, ctx.node.node_id, *found
+
     if request.api_version >= 4:
         # Batched (KIP-699): one answer per key, each the same.
         coordinator_cls = sibling(cls, "Coordinator")
-        coordinators = tuple(
-            build(coordinator_cls, key=key, **found) for key in req.coordinator_keys
-        )
-        return build(cls, throttle_time=datetime.timedelta(0), coordinators=coordinators)
-    return build(cls, throttle_time=datetime.timedelta(0), **found)
+        coordinators = []
+        for key in req.coordinator_keys:
+            error, node, host, port = answer(key)
+            coordinators.append(
+                build(
+                    coordinator_cls,
+                    key=key,
+                    node_id=node,
+                    host=host,
+                    port=port,
+                    error_code=error,
+                    error_message=None,
+                )
+            )
+        return build(cls, throttle_time=datetime.timedelta(0), coordinators=tuple(coordinators))
+    error, node, host, port = answer(req.key)
+    return build(
+        cls,
+        throttle_time=datetime.timedelta(0),
+        error_code=error,
+        error_message=None,
+        node_id=node,
+        host=host,
+        port=port,
+    )

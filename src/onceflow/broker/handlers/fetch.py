@@ -14,6 +14,7 @@ from onceflow.broker.handlers.context import DataContext
 from onceflow.broker.handlers.responses import response_classes
 from onceflow.log.errors import DescriptorsExhaustedError, OffsetOutOfRangeError
 from onceflow.protocol.entities import build
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.broker.topics import Partition
@@ -32,7 +33,7 @@ class _Wanted:
     unknown_error: ErrorCode
 
 
-def _resolve(ctx: DataContext, req: Any, by_id: bool) -> list[list[_Wanted]]:
+def _resolve(ctx: DataContext, req: Any, by_id: bool, session: Any = None) -> list[list[_Wanted]]:
     out = []
     for topic in req.topics:
         if not topic.partitions:
@@ -40,6 +41,11 @@ def _resolve(ctx: DataContext, req: Any, by_id: bool) -> list[list[_Wanted]]:
         key = topic.topic_id if by_id else topic.topic
         found = ctx.topics.by_id(key) if by_id else ctx.topics.get(key)
         error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+        name = found.name if by_id and found is not None else key
+        if (found is not None or not by_id) and not auth.authorize(
+            session, auth.READ, auth.TOPIC, name
+        ):
+            found, error = None, ErrorCode.topic_authorization_failed
         row = []
         for p in topic.partitions:
             partition = None
@@ -141,7 +147,7 @@ def response_bytes_bound(fetch_max_bytes: int, request: Request) -> int:
 
 def handle_fetch(ctx: DataContext, request: Request) -> Any:
     req = request.body
-    wanted = _resolve(ctx, req, by_id=request.api_version >= 13)
+    wanted = _resolve(ctx, req, by_id=request.api_version >= 13, session=request.session)
     response, size, any_error = _read(ctx, request, wanted)
     max_wait = req.max_wait.total_seconds()
     if any_error or size >= max(req.min_bytes, 1) or max_wait <= 0:

@@ -19,6 +19,7 @@ from onceflow.groups.coordinator import (
     SyncResult,
 )
 from onceflow.protocol.entities import build, sibling
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
@@ -32,6 +33,27 @@ def _ms(value: Any, default: int = -1) -> int:
     return int(value.total_seconds() * 1000)
 
 
+def _refused(request: Request) -> Any | None:
+    """GROUP_AUTHORIZATION_FAILED for a membership request without READ on its group (the
+    other fields as Kafka leaves them), else None."""
+    if auth.authorize(request.session, auth.READ, auth.GROUP, request.body.group_id):
+        return None
+    version = request.api_version
+    return build(
+        response_class(request),
+        throttle_time=ZERO,
+        error_code=ErrorCode.group_authorization_failed,
+        generation_id=-1,
+        protocol_type=None,
+        protocol_name="" if request.api_key == 11 and version < 7 else None,
+        leader="",
+        member_id="",
+        members=(),
+        skip_assignment=False,
+        assignment=b"",
+    )
+
+
 def _answer_later() -> tuple[asyncio.Future[Any], Any]:
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -43,6 +65,8 @@ def _answer_later() -> tuple[asyncio.Future[Any], Any]:
 
 
 def handle_join_group(ctx: GroupsContext, request: Request) -> Any:
+    if (refused := _refused(request)) is not None:
+        return refused
     req = request.body
     version = request.api_version
     session = _ms(req.session_timeout)
@@ -79,6 +103,8 @@ async def _join_response(future: asyncio.Future[JoinResult], request: Request) -
 
 
 def handle_sync_group(ctx: GroupsContext, request: Request) -> Any:
+    if (refused := _refused(request)) is not None:
+        return refused
     req = request.body
     sync = SyncGroupRequest(
         group_id=req.group_id,
@@ -100,6 +126,8 @@ async def _sync_response(future: asyncio.Future[SyncResult], request: Request) -
 
 
 def handle_heartbeat(ctx: GroupsContext, request: Request) -> Any:
+    if (refused := _refused(request)) is not None:
+        return refused
     req = request.body
     error = ctx.coordinator.heartbeat(
         req.group_id, req.member_id, req.generation_id, getattr(req, "group_instance_id", None)
@@ -108,6 +136,8 @@ def handle_heartbeat(ctx: GroupsContext, request: Request) -> Any:
 
 
 def handle_leave_group(ctx: GroupsContext, request: Request) -> Any:
+    if (refused := _refused(request)) is not None:
+        return refused
     req = request.body
     cls = response_class(request)
     if request.api_version >= 3:
@@ -140,6 +170,10 @@ def handle_list_groups(ctx: GroupsContext, request: Request) -> Any:
     listings = ctx.coordinator.list_groups(
         getattr(req, "states_filter", None), getattr(req, "types_filter", None)
     )
+    if not auth.authorize_cluster(request.session, auth.DESCRIBE):  # else only describable ones
+        listings = auth.filter_authorized(
+            request.session, auth.DESCRIBE, auth.GROUP, listings, lambda g: g.group_id
+        )
     error = ErrorCode.coordinator_load_in_progress if ctx.coordinator.loading else ErrorCode.none
     return build(
         cls,
@@ -150,9 +184,26 @@ def handle_list_groups(ctx: GroupsContext, request: Request) -> Any:
 
 
 def handle_describe_groups(ctx: GroupsContext, request: Request) -> Any:
-    cls, group_cls, member_cls = response_classes(request, "DescribedGroup", "DescribedGroupMember")
-    out = []
-    for d in ctx.coordinator.describe_groups(request.body.groups):
+    req = request.body
+    cls = response_class(request)
+    group_cls = sibling(cls, "DescribedGroup")
+    member_cls = sibling(cls, "DescribedGroupMember")
+    allowed = auth.filter_authorized(request.session, auth.DESCRIBE, auth.GROUP, req.groups)
+    out = [
+        build(
+            group_cls,
+            error_code=ErrorCode.group_authorization_failed,
+            group_id=group,
+            group_state="",
+            protocol_type="",
+            protocol_data="",
+            members=(),
+            authorized_operations=-2147483648,
+        )
+        for group in req.groups
+        if group not in allowed
+    ]
+    for d in ctx.coordinator.describe_groups(allowed):
         # Up to v5 an unknown group is state Dead with no error, as Kafka answers.
         error = ErrorCode.none if d.error == ErrorCode.group_id_not_found else d.error
         members = tuple(
@@ -173,13 +224,18 @@ def handle_describe_groups(ctx: GroupsContext, request: Request) -> Any:
 
 
 def handle_delete_groups(ctx: GroupsContext, request: Request) -> Any:
-    result = ctx.coordinator.delete_groups(request.body.groups_names)
-    cls, result_cls = response_classes(request, "DeletableGroupResult")
+    req = request.body
+    allowed = auth.filter_authorized(request.session, auth.DELETE, auth.GROUP, req.groups_names)
+    result = ctx.coordinator.delete_groups(allowed)
+    denied = {g: ErrorCode.group_authorization_failed for g in req.groups_names if g not in allowed}
+    cls = response_class(request)
+    result_cls = sibling(cls, "DeletableGroupResult")
     response = build(
         cls,
         throttle_time=ZERO,
         results=tuple(
-            build(result_cls, group_id=g, error_code=e) for g, e in result.response.items()
+            build(result_cls, group_id=g, error_code=e)
+            for g, e in {**denied, **result.response}.items()
         ),
     )
     return ctx.write_offsets(result.records, response)

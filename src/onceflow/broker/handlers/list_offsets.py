@@ -17,6 +17,7 @@ from onceflow.protocol.entities import build
 from onceflow.records.batch import check_batch, parse_header
 from onceflow.records.errors import RecordsError
 from onceflow.records.walker import walk_batch
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.broker.topics import Partition
@@ -131,9 +132,13 @@ def handle_list_offsets(ctx: DataContext, request: Request) -> Any:
     topics_out = []
     for t in req.topics:
         parts = []
+        describable = auth.authorize(request.session, auth.DESCRIBE, auth.TOPIC, t.name)
         for p in t.partitions:
             partition = ctx.topics.partition(t.name, p.partition_index)
-            found = _find(partition, p.timestamp, read_committed)
+            if describable:
+                found = _find(partition, p.timestamp, read_committed)
+            else:
+                found = _Found(ErrorCode.topic_authorization_failed)
             parts.append(
                 build_from(
                     part_cls,

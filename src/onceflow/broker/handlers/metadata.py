@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -13,6 +13,7 @@ from onceflow.broker.handlers.context import AdminContext
 from onceflow.broker.handlers.responses import response_class
 from onceflow.broker.topics import NewTopic, Topic, TopicError, validate_topic_name
 from onceflow.protocol.entities import build, sibling
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
@@ -51,8 +52,10 @@ def handle_metadata(ctx: AdminContext, request: Request) -> Any:
     if request.api_version == 0 and not requested:
         requested = None  # v0: an empty list means every topic
     allow_auto = getattr(req, "allow_auto_topic_creation", True)
-    if requested is None:
-        topics = tuple(describe(t) for t in ctx.topics)
+    session = request.session
+    auto = allow_auto and ctx.config.auto_create_topics_enable
+    if requested is None:  # every topic the principal may describe
+        topics = tuple(describe(t) for t in _describable(session, ctx.topics))
     elif request.api_version < 12 and any(
         t.name is None or getattr(t, "topic_id", None) is not None for t in requested
     ):
@@ -66,12 +69,15 @@ def handle_metadata(ctx: AdminContext, request: Request) -> Any:
         missing = [
             t.name
             for t in requested
-            if t.name is not None and ctx.topics.get(t.name) is None and _legal(t.name)
+            if t.name is not None
+            and ctx.topics.get(t.name) is None
+            and _legal(t.name)
+            and _may_create(session, t.name)
         ]
-        if missing and allow_auto and ctx.config.auto_create_topics_enable:
+        if missing and auto:
             # Creating makes files: answered once they are made, off the event loop.
             return _after_auto_create(ctx, request, list(dict.fromkeys(missing)))
-        topics = _describe_wanted(ctx, requested, describe, failed, {})
+        topics = _describe_wanted(ctx, requested, describe, failed, {}, session, auto)
     return _metadata_response(ctx, request, cls, topics)
 
 
@@ -80,7 +86,12 @@ async def _after_auto_create(ctx: AdminContext, request: Request, missing: list[
     cls = response_class(request)
     describe, failed = _describers(ctx, cls)
     return _metadata_response(
-        ctx, request, cls, _describe_wanted(ctx, request.body.topics, describe, failed, created)
+        ctx,
+        request,
+        cls,
+        _describe_wanted(
+            ctx, request.body.topics, describe, failed, created, request.session, True
+        ),
     )
 
 
@@ -125,6 +136,16 @@ def _describers(ctx: AdminContext, cls: type) -> tuple[Callable[..., Any], Calla
     return describe, failed
 
 
+def _describable(session: Any, topics: Iterable[Topic]) -> list[Topic]:
+    return auth.filter_authorized(session, auth.DESCRIBE, auth.TOPIC, topics, lambda t: t.name)
+
+
+def _may_create(session: Any, name: str) -> bool:
+    """CREATE on the Cluster, or on the topic (Kafka's rule for auto-creation)."""
+    cluster = auth.authorize(session, auth.CREATE, auth.CLUSTER, log_if_denied=False)
+    return cluster or auth.authorize(session, auth.CREATE, auth.TOPIC, name)
+
+
 def _legal(name: str) -> bool:
     try:
         validate_topic_name(name)
@@ -139,12 +160,17 @@ def _describe_wanted(
     describe: Callable[..., Any],
     failed: Callable[..., Any],
     created: dict[str, Topic],
+    session: Any = None,
+    auto: bool = False,
 ) -> tuple[Any, ...]:
     out = []
     for wanted in requested:
         name = wanted.name
         if name is None:
             topic = ctx.topics.by_id(wanted.topic_id)
+            if topic is not None and not _describable(session, [topic]):
+                out.append(failed(None, ErrorCode.topic_authorization_failed, wanted.topic_id))
+                continue
             out.append(
                 describe(topic)
                 if topic
@@ -152,6 +178,11 @@ def _describe_wanted(
             )
             continue
         topic = ctx.topics.get(name) or created.get(name)
+        if not auth.authorize(session, auth.DESCRIBE, auth.TOPIC, name) or (
+            topic is None and auto and _legal(name) and not _may_create(session, name)
+        ):
+            out.append(failed(name, ErrorCode.topic_authorization_failed))
+            continue
         if topic is None and not _legal(name):
             out.append(failed(name, ErrorCode.invalid_topic_exception))
             continue

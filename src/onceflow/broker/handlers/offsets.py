@@ -16,6 +16,7 @@ from onceflow.broker.handlers.responses import (
 from onceflow.groups.coordinator import CoordinatorLoadInProgressError
 from onceflow.groups.offsets import OffsetAndMetadata, OffsetFetchEntry, TopicPartition
 from onceflow.protocol.entities import build, sibling
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
@@ -24,14 +25,19 @@ ZERO = datetime.timedelta(0)
 
 
 def requested_offsets(
-    partitions: PartitionLookup, topics: Any
+    partitions: PartitionLookup, topics: Any, session: Any = None
 ) -> tuple[dict[TopicPartition, OffsetAndMetadata], dict[TopicPartition, ErrorCode]]:
-    """The offsets of an (Txn)OffsetCommit request, and errors for partitions that do not exist."""
+    """The offsets of an (Txn)OffsetCommit request, and errors for partitions that do not exist
+    or whose topic the principal may not READ."""
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
     errors: dict[TopicPartition, ErrorCode] = {}
     for t in topics:
+        readable = auth.authorize(session, auth.READ, auth.TOPIC, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
+            if not readable:
+                errors[tp] = ErrorCode.topic_authorization_failed
+                continue
             if partitions.partition(t.name, p.partition_index) is None:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
                 continue
@@ -52,7 +58,11 @@ def commit_response(cls: type, errors: dict[TopicPartition, ErrorCode]) -> Any:
 
 def handle_offset_commit(ctx: GroupsContext, request: Request) -> Any:
     req = request.body
-    offsets, errors = requested_offsets(ctx.partitions, req.topics)
+    if not auth.authorize(request.session, auth.READ, auth.GROUP, req.group_id):
+        every = {(t.name, p.partition_index) for t in req.topics for p in t.partitions}
+        denied = dict.fromkeys(sorted(every), ErrorCode.group_authorization_failed)
+        return commit_response(response_class(request), denied)
+    offsets, errors = requested_offsets(ctx.partitions, req.topics, request.session)
     retention = getattr(req, "retention_time", None)
     retention_ms = -1 if retention is None else int(retention.total_seconds() * 1000)
     result = ctx.coordinator.commit_offsets(
@@ -70,15 +80,31 @@ def handle_offset_commit(ctx: GroupsContext, request: Request) -> Any:
 
 
 def _fetch_group(
-    ctx: GroupsContext, group_id: str, topics: Any, require_stable: bool
+    ctx: GroupsContext, group_id: str, topics: Any, require_stable: bool, session: Any = None
 ) -> tuple[ErrorCode, dict[TopicPartition, OffsetFetchEntry]]:
-    partitions = (
-        None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    )
+    asked = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    if not auth.authorize(session, auth.DESCRIBE, auth.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, {}
+    # Partitions of topics the principal may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED each
+    # (or, when all are asked for, left out), as Kafka does.
+    describable = {
+        name
+        for name in {tp[0] for tp in asked or ()}
+        if auth.authorize(session, auth.DESCRIBE, auth.TOPIC, name)
+    }
+    partitions = None if asked is None else [tp for tp in asked if tp[0] in describable]
     try:
-        return ErrorCode.none, ctx.coordinator.fetch_offsets(group_id, partitions, require_stable)
+        entries = ctx.coordinator.fetch_offsets(group_id, partitions, require_stable)
     except CoordinatorLoadInProgressError:
         return ErrorCode.coordinator_load_in_progress, {}
+    if asked is None:
+        return ErrorCode.none, dict(
+            auth.filter_authorized(
+                session, auth.DESCRIBE, auth.TOPIC, entries.items(), lambda item: item[0][0]
+            )
+        )
+    denied = OffsetFetchEntry(error=ErrorCode.topic_authorization_failed)
+    return ErrorCode.none, {**entries, **{tp: denied for tp in asked if tp[0] not in describable}}
 
 
 def _topics(
@@ -110,7 +136,9 @@ def handle_offset_fetch(ctx: GroupsContext, request: Request) -> Any:
         group_cls = sibling(cls, "OffsetFetchResponseGroup")
         groups = []
         for g in req.groups:
-            error, entries = _fetch_group(ctx, g.group_id, g.topics, require_stable)
+            error, entries = _fetch_group(
+                ctx, g.group_id, g.topics, require_stable, request.session
+            )
             groups.append(
                 build(
                     group_cls,
@@ -122,7 +150,7 @@ def handle_offset_fetch(ctx: GroupsContext, request: Request) -> Any:
                 )
             )
         return build(cls, throttle_time=ZERO, groups=tuple(groups))
-    error, entries = _fetch_group(ctx, req.group_id, req.topics, require_stable)
+    error, entries = _fetch_group(ctx, req.group_id, req.topics, require_stable, request.session)
     if request.api_version < 2 and error != ErrorCode.none:
         entries = {tp: OffsetFetchEntry(error=error) for tp in entries}
     return build(

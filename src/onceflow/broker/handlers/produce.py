@@ -25,6 +25,7 @@ from onceflow.broker.faults import crash_point, delay_point
 from onceflow.broker.handlers.context import DataContext
 from onceflow.broker.handlers.responses import build_from, response_classes
 from onceflow.protocol.entities import build, has_field, sibling
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.broker.partition import Partition
@@ -60,13 +61,24 @@ def handle_produce(ctx: DataContext, request: Request) -> Any:
     record_error_cls = (
         sibling(cls, "BatchIndexAndErrorMessage") if has_field(part_cls, "record_errors") else None
     )
+    if req.acks not in (0, 1, -1):
+        error_all: ErrorCode | None = ErrorCode.invalid_required_acks
+    elif req.transactional_id is not None and not auth.authorize(
+        request.session, auth.WRITE, auth.TRANSACTIONAL_ID, req.transactional_id
+    ):
+        error_all = ErrorCode.transactional_id_authorization_failed
+    else:
+        error_all = None
     touched: list[Partition] = []
     topics_out = []
     for topic_data in req.topic_data:
+        writable = auth.authorize(request.session, auth.WRITE, auth.TOPIC, topic_data.name)
         parts_out = []
         for pdata in topic_data.partition_data:
-            if req.acks not in (0, 1, -1):
-                answer = _Answer(ErrorCode.invalid_required_acks)
+            if error_all is not None:
+                answer = _Answer(error_all)
+            elif not writable:
+                answer = _Answer(ErrorCode.topic_authorization_failed)
             else:
                 answer = _append(ctx, request, topic_data.name, pdata, record_error_cls, touched)
             parts_out.append(build_from(part_cls, answer, index=pdata.index))

@@ -1,6 +1,7 @@
 """DescribeUserScramCredentials (50) and AlterUserScramCredentials (51): the protocol edge of
 the SCRAM credential store (onceflow.security.credential_changes decides, credentials.py
-stores). An alteration is answered once it is on disk."""
+stores). An alteration is answered once it is on disk. DESCRIBE on the Cluster is needed to
+describe, ALTER to alter (everything is allowed without an authorizer)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
+from onceflow.security import authorization as auth
 from onceflow.security.credential_changes import (
     Deletion,
     Upsertion,
@@ -26,7 +28,6 @@ from onceflow.security.credentials import CredentialStoreError
 if TYPE_CHECKING:
     from onceflow.broker.handlers.context import SecurityContext
     from onceflow.protocol.messages import Request
-    from onceflow.security.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +36,11 @@ ALTER_USER_SCRAM_CREDENTIALS = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
 _NO_THROTTLE = datetime.timedelta(0)
 
 
-def may_manage_credentials(session: Session | None) -> bool:
-    """Until ACLs exist, every connection past authentication may (anyone on PLAINTEXT or SSL,
-    any authenticated SASL user). With an authorizer this becomes Kafka's rule: Describe or
-    Alter on the Cluster resource, or a super user."""
-    return session is None or session.authenticated
-
-
 def handle_describe(ctx: SecurityContext, request: Request) -> Any:
     cls = response_type(DESCRIBE_USER_SCRAM_CREDENTIALS, request.api_version)
     result_cls = sibling(cls, "DescribeUserScramCredentialsResult")
     info_cls = sibling(cls, "CredentialInfo")
-    if not may_manage_credentials(request.session):
+    if not auth.authorize_cluster(request.session, auth.DESCRIBE):
         return build(
             cls,
             throttle_time=_NO_THROTTLE,
@@ -83,7 +77,7 @@ def handle_alter(ctx: SecurityContext, request: Request) -> Any:
 async def _alter(ctx: SecurityContext, request: Request) -> Any:
     body = request.body
     users = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
-    if not may_manage_credentials(request.session):
+    if not auth.authorize_cluster(request.session, auth.ALTER):
         results = [
             UserResult(user, ErrorCode.cluster_authorization_failed)
             for user in dict.fromkeys(users)

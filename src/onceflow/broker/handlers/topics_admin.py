@@ -24,6 +24,7 @@ from onceflow.broker.topics import (
     UnknownTopicIdError,
 )
 from onceflow.protocol.entities import build, sibling
+from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
@@ -35,7 +36,20 @@ class InvalidReplicaAssignmentError(TopicError):
     """A manual assignment Kafka refuses (INVALID_REPLICA_ASSIGNMENT)."""
 
 
+class TopicAuthorizationError(TopicError):
+    """The principal may not do this to this topic (TOPIC_AUTHORIZATION_FAILED)."""
+
+    def __init__(self) -> None:
+        super().__init__("Authorization failed.")  # Kafka's message
+
+
+def _check_authorized(request: Request, operation: Any, name: str) -> None:
+    if not auth.authorize(request.session, operation, auth.TOPIC, name):
+        raise TopicAuthorizationError
+
+
 _TOPIC_ERRORS: dict[type[TopicError], ErrorCode] = {
+    TopicAuthorizationError: ErrorCode.topic_authorization_failed,
     TopicExistsError: ErrorCode.topic_already_exists,
     InvalidTopicError: ErrorCode.invalid_topic_exception,
     UnknownTopicError: ErrorCode.unknown_topic_or_partition,
@@ -95,9 +109,13 @@ def handle_create_topics(ctx: AdminContext, request: Request) -> Any:
     req = request.body
     outcomes: list[TopicError | NewTopic] = []
     seen: set[str] = set()
+    # CREATE on the Cluster, or on each topic.
+    cluster = auth.authorize(request.session, auth.CREATE, auth.CLUSTER, log_if_denied=False)
     for t in req.topics:
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         try:
+            if not cluster:
+                _check_authorized(request, auth.CREATE, t.name)
             if t.name in seen:
                 raise InvalidTopicError(f"topic {t.name!r} appears twice in the request")
             seen.add(t.name)
@@ -140,6 +158,7 @@ def _create_topics_response(
     results = []
     for t, outcome in zip(request.body.topics, outcomes, strict=True):
         error, message, topic_id, count, configs_out = ErrorCode.none, None, None, -1, None
+        config_error = ErrorCode.none
         result = created.get(t.name, outcome) if isinstance(outcome, NewTopic) else outcome
         if isinstance(result, TopicError):
             error, message = topic_error_code(result), str(result)
@@ -148,7 +167,11 @@ def _create_topics_response(
             count = outcome.num_partitions
             if isinstance(result, Topic):
                 topic_id = result.topic_id
-            if config_cls is not None:
+            if config_cls is not None and not auth.authorize(
+                request.session, auth.DESCRIBE_CONFIGS, auth.TOPIC, t.name, log_if_denied=False
+            ):
+                config_error = ErrorCode.topic_authorization_failed
+            elif config_cls is not None:
                 effective = ctx.topics.effective_configs(outcome.configs)
                 configs_out = tuple(
                     build(
@@ -168,7 +191,7 @@ def _create_topics_response(
                 topic_id=topic_id,
                 error_code=error,
                 error_message=message,
-                topic_config_error_code=0,
+                topic_config_error_code=config_error,
                 num_partitions=count,
                 replication_factor=1 if error == ErrorCode.none else -1,
                 configs=configs_out,
@@ -191,12 +214,20 @@ async def _delete_topics_later(
 ) -> Any:
     cls = response_class(request)
     result_cls = sibling(cls, "DeletableTopicResult")
+    refused = [not _may_delete(ctx, request, name, topic_id) for name, topic_id in wanted]
     # An id is resolved inside the change, so it names the topic as it is then.
-    deleted = await ctx.topics.delete_topics(
-        [name if name is not None else topic_id for name, topic_id in wanted]
+    deleted = iter(
+        await ctx.topics.delete_topics(
+            [
+                name if name is not None else topic_id
+                for (name, topic_id), no in zip(wanted, refused, strict=True)
+                if not no
+            ]
+        )
     )
     results = []
-    for (name, topic_id), result in zip(wanted, deleted, strict=True):
+    for (name, topic_id), no in zip(wanted, refused, strict=True):
+        result = TopicAuthorizationError() if no else next(deleted)
         error, message = ErrorCode.none, None
         if isinstance(result, TopicError):
             error, message = topic_error_code(result), str(result)
@@ -211,6 +242,16 @@ async def _delete_topics_later(
     return build(cls, throttle_time=datetime.timedelta(0), responses=tuple(results))
 
 
+def _may_delete(ctx: AdminContext, request: Request, name: str | None, topic_id: Any) -> bool:
+    """DELETE on the topic; a topic named by an unknown id is left to answer UNKNOWN_TOPIC_ID."""
+    if name is None:
+        topic = ctx.topics.by_id(topic_id)
+        if topic is None:
+            return True
+        name = topic.name
+    return auth.authorize(request.session, auth.DELETE, auth.TOPIC, name)
+
+
 def handle_create_partitions(ctx: AdminContext, request: Request) -> Any:
     return _create_partitions_later(ctx, request)
 
@@ -223,6 +264,7 @@ async def _create_partitions_later(ctx: AdminContext, request: Request) -> Any:
     for t in req.topics:
         error, message = ErrorCode.none, None
         try:
+            _check_authorized(request, auth.ALTER, t.name)
             topic = ctx.topics.get(t.name)
             if topic is None:
                 raise UnknownTopicError(f"topic {t.name!r} does not exist")

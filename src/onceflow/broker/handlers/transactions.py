@@ -27,7 +27,8 @@ from onceflow.broker.transactions import (
 )
 from onceflow.coordinator_result import CoordinatorResult
 from onceflow.protocol.entities import build
-from onceflow.txn.coordinator import InitProducerIdResponse, error_for_version
+from onceflow.security import authorization as auth
+from onceflow.txn.coordinator import InitProducerIdResponse, TxnDescription, error_for_version
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
@@ -72,12 +73,29 @@ def _after_markers(
 
 def handle_init_producer_id(ctx: TxnContext, request: Request) -> Any:
     req = request.body
+    if (refused := _init_refused(request)) is not None:
+        return _init_answer(request, InitProducerIdResponse(refused))
     return _after_markers(
         ctx,
         req.transactional_id,
         lambda: _init(ctx, request),
         lambda error: _init_answer(request, InitProducerIdResponse(error)),
     )
+
+
+def _init_refused(request: Request) -> ErrorCode | None:
+    """WRITE on the transactional id; without one (an idempotent producer), IDEMPOTENT_WRITE
+    on the Cluster or WRITE on some topic (Kafka 3+)."""
+    session, txn_id = request.session, request.body.transactional_id
+    if txn_id is not None:
+        if auth.authorize(session, auth.WRITE, auth.TRANSACTIONAL_ID, txn_id):
+            return None
+        return ErrorCode.transactional_id_authorization_failed
+    if auth.authorize(
+        session, auth.IDEMPOTENT_WRITE, auth.CLUSTER, log_if_denied=False
+    ) or auth.authorize_by_resource_type(session, auth.WRITE, auth.TOPIC):
+        return None
+    return ErrorCode.cluster_authorization_failed
 
 
 def _init(ctx: TxnContext, request: Request) -> Any:
@@ -128,6 +146,9 @@ def _init_answer(request: Request, answer: InitProducerIdResponse) -> Any:
 
 def handle_add_partitions_to_txn(ctx: TxnContext, request: Request) -> Any:
     txn_id = request.body.v3_and_below_transactional_id
+    if not _may_write_txn(request, txn_id):
+        failed = ErrorCode.transactional_id_authorization_failed
+        return _add_partitions_response(request, _every_partition(request, failed))
     return _after_markers(
         ctx,
         txn_id,
@@ -143,15 +164,16 @@ def _every_partition(request: Request, error: ErrorCode) -> dict[tuple[str, int]
 def _add_partitions(ctx: TxnContext, request: Request) -> Any:
     req = request.body
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if ctx.groups.partitions.partition(*tp) is None}
-    if unknown:
-        # As Kafka: nothing is added; unknown partitions fail, the others are not attempted.
-        errors = {
-            tp: ErrorCode.unknown_topic_or_partition
-            if tp in unknown
-            else ErrorCode.operation_not_attempted
-            for tp in wanted
-        }
+    writable = set(
+        auth.filter_authorized(request.session, auth.WRITE, auth.TOPIC, {t for t, _ in wanted})
+    )
+    refused = {tp: ErrorCode.topic_authorization_failed for tp in wanted if tp[0] not in writable}
+    unknown = {tp: ErrorCode.unknown_topic_or_partition for tp in wanted if tp not in refused
+               and ctx.groups.partitions.partition(*tp) is None}  # fmt: skip
+    if refused or unknown:
+        # As Kafka: nothing is added; those partitions fail, the others are not attempted.
+        failed = {**unknown, **refused}
+        errors = {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
         return _add_partitions_response(request, errors)
     result = ctx.coordinator.add_partitions(
         req.v3_and_below_transactional_id,
@@ -192,6 +214,10 @@ def _add_partitions_response(request: Request, errors: dict[tuple[str, int], Err
 
 def handle_add_offsets_to_txn(ctx: TxnContext, request: Request) -> Any:
     req = request.body
+    if not _may_write_txn(request, req.transactional_id):
+        return _simple_answer(request, ErrorCode.transactional_id_authorization_failed)
+    if not auth.authorize(request.session, auth.READ, auth.GROUP, req.group_id):
+        return _simple_answer(request, ErrorCode.group_authorization_failed)
 
     def add() -> Any:
         result = ctx.coordinator.add_offsets(
@@ -206,10 +232,16 @@ def handle_add_offsets_to_txn(ctx: TxnContext, request: Request) -> Any:
 
 def handle_end_txn(ctx: TxnContext, request: Request) -> Any:
     req = request.body
+    if not _may_write_txn(request, req.transactional_id):
+        return _simple_answer(request, ErrorCode.transactional_id_authorization_failed)
     result = ctx.coordinator.end_txn(
         req.transactional_id, req.producer_id, req.producer_epoch, req.committed
     )
     return _simple_later(ctx, request, result)
+
+
+def _may_write_txn(request: Request, transactional_id: str) -> bool:
+    return auth.authorize(request.session, auth.WRITE, auth.TRANSACTIONAL_ID, transactional_id)
 
 
 async def _simple_later(ctx: TxnContext, request: Request, result: CoordinatorResult[Any]) -> Any:
@@ -227,7 +259,16 @@ def _simple_answer(request: Request, error: ErrorCode) -> Any:
 def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
     req = request.body
     cls = response_class(request)
-    offsets, errors = requested_offsets(ctx.groups.partitions, req.topics)
+    if not _may_write_txn(request, req.transactional_id):
+        refused: ErrorCode | None = ErrorCode.transactional_id_authorization_failed
+    elif not auth.authorize(request.session, auth.READ, auth.GROUP, req.group_id):
+        refused = ErrorCode.group_authorization_failed
+    else:
+        refused = None
+    if refused is not None:
+        every = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+        return commit_response(cls, dict.fromkeys(every, refused))
+    offsets, errors = requested_offsets(ctx.groups.partitions, req.topics, request.session)
     if not ctx.driver.verify_partition(
         req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, 0
     ):
@@ -269,11 +310,27 @@ def handle_describe_transactions(ctx: TxnContext, request: Request) -> Any:
             transaction_state=d.state,
             transaction_timeout=datetime.timedelta(milliseconds=d.transaction_timeout_ms),
             transaction_start_time=_datetime(d.transaction_start_time_ms),
-            topics=tuple(build(topic_cls, topic=t, partitions=ps) for t, ps in d.topics),
+            topics=tuple(
+                build(topic_cls, topic=t, partitions=ps)
+                for t, ps in auth.filter_authorized(
+                    request.session, auth.DESCRIBE, auth.TOPIC, d.topics, lambda t: t[0]
+                )
+            ),
         )
-        for d in ctx.coordinator.describe(list(request.body.transactional_ids))
+        for d in _describe_transactions(ctx, request)
     )
     return build(cls, throttle_time=ZERO, transaction_states=states)
+
+
+def _describe_transactions(ctx: TxnContext, request: Request) -> list[TxnDescription]:
+    """DESCRIBE on each transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    ids = list(request.body.transactional_ids)
+    allowed = set(
+        auth.filter_authorized(request.session, auth.DESCRIBE, auth.TRANSACTIONAL_ID, ids)
+    )
+    found = iter(ctx.coordinator.describe([i for i in ids if i in allowed]))
+    failed = ErrorCode.transactional_id_authorization_failed
+    return [next(found) if i in allowed else TxnDescription(i, failed) for i in ids]
 
 
 # The states ListTransactions filters on; others are answered as unknown state filters.
@@ -294,8 +351,14 @@ _KNOWN_STATES = frozenset(
 def handle_list_transactions(ctx: TxnContext, request: Request) -> Any:
     req = request.body
     cls, state_cls = response_classes(request, "TransactionState")
-    listings = ctx.coordinator.list(
-        req.state_filters, req.producer_id_filters, getattr(req, "duration_filter", -1)
+    listings = auth.filter_authorized(
+        request.session,
+        auth.DESCRIBE,
+        auth.TRANSACTIONAL_ID,
+        ctx.coordinator.list(
+            req.state_filters, req.producer_id_filters, getattr(req, "duration_filter", -1)
+        ),
+        lambda t: t.transactional_id,
     )
     return build(
         cls,
@@ -315,8 +378,14 @@ def handle_describe_producers(ctx: DataContext, request: Request) -> Any:
     )
 
     def described(topic: str, index: int) -> Any:
-        partition = ctx.topics.partition(topic, index)
-        error, producers = ErrorCode.unknown_topic_or_partition, ()
+        readable = auth.authorize(request.session, auth.READ, auth.TOPIC, topic)
+        partition = ctx.topics.partition(topic, index) if readable else None
+        error = (
+            ErrorCode.unknown_topic_or_partition
+            if readable
+            else ErrorCode.topic_authorization_failed
+        )
+        producers: tuple[Any, ...] = ()
         if partition is not None:
             error = ErrorCode.none
             producers = tuple(build_from(producer_cls, p) for p in partition.producers.producers())

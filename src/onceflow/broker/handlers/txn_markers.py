@@ -21,6 +21,7 @@ from onceflow.broker.handlers.responses import partition_errors, response_classe
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.log.errors import DescriptorsExhaustedError
 from onceflow.protocol.entities import build
+from onceflow.security import authorization as auth
 from onceflow.txn.coordinator import OFFSETS_TOPIC
 from onceflow.txn.errors import TxnError
 
@@ -36,11 +37,17 @@ def handle_write_txn_markers(ctx: DataContext, request: Request) -> Any:
     # Appends happen here, synchronously and in arrival order; only durability is awaited.
     written: list[Partition] = []  # what the request appended, to make durable first
     results: list[dict[tuple[str, int], ErrorCode]] = []
+    # Only brokers write markers: CLUSTER_ACTION on the Cluster (super users, in practice).
+    allowed = auth.authorize_cluster(request.session, auth.CLUSTER_ACTION)
     for marker in request.body.markers:
         errors: dict[tuple[str, int], ErrorCode] = {}
         for topic in marker.topics:
             for index in topic.partition_indexes:
-                errors[(topic.name, index)] = _append(ctx, written, marker, topic.name, index)
+                errors[(topic.name, index)] = (
+                    _append(ctx, written, marker, topic.name, index)
+                    if allowed
+                    else ErrorCode.cluster_authorization_failed
+                )
         results.append(errors)
     return _answer_when_durable(ctx, request, written, results)
 

@@ -1,0 +1,188 @@
+"""The decision rules of Kafka's StandardAuthorizer, sans-IO: given the ACLs, may this
+principal from this host do this operation on this resource?
+
+- A super user (`super.users`) may do everything.
+- The ACLs that apply are those whose pattern covers the resource (its literal name, the
+  wildcard `*`, or a prefix), whose principal is the caller's or `User:*`, whose host is the
+  caller's address or `*`, and whose operation is the one asked for or ALL.
+- An ALLOW of READ, WRITE, DELETE or ALTER also allows DESCRIBE, and an ALLOW of ALTER_CONFIGS
+  allows DESCRIBE_CONFIGS; a DENY denies only what it names (or ALL).
+- A matching DENY wins over any ALLOW; no matching ALLOW denies, unless no ACL at all exists
+  for the resource and `allow.everyone.if.no.acl.found` is true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from onceflow.security.acl import (
+    WILDCARD,
+    WILDCARD_PRINCIPAL,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+)
+from onceflow.security.principal import KafkaPrincipal
+
+# The authorizer class names that turn authorization on (KRaft's, and ZooKeeper mode's).
+AUTHORIZER_CLASS_NAMES = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
+
+_IMPLIES_DESCRIBE = frozenset(
+    {
+        AclOperation.DESCRIBE,
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+    }
+)
+_IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
+_CACHE_LIMIT = 10_000
+
+
+def parse_super_users(text: str) -> frozenset[str]:
+    """`super.users`: principals separated by semicolons, `User:admin;User:ops`."""
+    return frozenset(p.strip() for p in text.split(";") if p.strip())
+
+
+def operation_allowed_by(entry_operation: AclOperation, operation: AclOperation) -> bool:
+    """Does an ALLOW entry of `entry_operation` allow `operation`?"""
+    if entry_operation in (AclOperation.ALL, operation):
+        return True
+    if operation == AclOperation.DESCRIBE:
+        return entry_operation in _IMPLIES_DESCRIBE
+    if operation == AclOperation.DESCRIBE_CONFIGS:
+        return entry_operation in _IMPLIES_DESCRIBE_CONFIGS
+    return False
+
+
+class Authorizer:
+    def __init__(
+        self,
+        acls: Iterable[AclBinding] = (),
+        super_users: frozenset[str] = frozenset(),
+        allow_everyone_if_no_acl_found: bool = False,
+    ) -> None:
+        self.super_users = super_users
+        self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
+        self._bindings: frozenset[AclBinding] = frozenset()
+        self._by_type: dict[ResourceType, list[AclBinding]] = {}
+        # Decisions, by (principal, host, operation, type, name): a Produce asks the same
+        # question for every request; any change of the ACLs empties it.
+        self._cache: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
+        self.install(acls)
+
+    # -- the ACLs ----------------------------------------------------------------------------
+
+    def install(self, acls: Iterable[AclBinding]) -> None:
+        """Serve these ACLs from now on (once they are stored)."""
+        self._bindings = frozenset(acls)
+        by_type: dict[ResourceType, list[AclBinding]] = {}
+        for binding in sorted(self._bindings):
+            by_type.setdefault(binding.pattern.resource_type, []).append(binding)
+        self._by_type = by_type
+        self._cache = {}
+
+    def bindings(self) -> frozenset[AclBinding]:
+        return self._bindings
+
+    def acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        return [b for b in sorted(self._bindings) if acl_filter.matches(b)]
+
+    # -- decisions ---------------------------------------------------------------------------
+
+    def is_super_user(self, principal: KafkaPrincipal) -> bool:
+        return str(principal) in self.super_users
+
+    def authorize(
+        self,
+        principal: KafkaPrincipal,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> bool:
+        if self.is_super_user(principal):
+            return True
+        key = (str(principal), host, operation, resource_type, name)
+        decision = self._cache.get(key)
+        if decision is None:
+            decision = self._decide(principal, host, operation, resource_type, name)
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[key] = decision
+        return decision
+
+    def _decide(
+        self,
+        principal: KafkaPrincipal,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> bool:
+        principals = (str(principal), str(WILDCARD_PRINCIPAL))
+        has_resource_acls = False
+        allowed = False
+        for binding in self._by_type.get(resource_type, ()):
+            if not binding.pattern.matches(resource_type, name):
+                continue
+            has_resource_acls = True
+            entry = binding.entry
+            if entry.principal not in principals or entry.host not in (WILDCARD, host):
+                continue
+            if entry.permission_type == PermissionType.DENY:
+                if entry.operation in (AclOperation.ALL, operation):
+                    return False
+            elif operation_allowed_by(entry.operation, operation):
+                allowed = True
+        if allowed:
+            return True
+        return not has_resource_acls and self.allow_everyone_if_no_acl_found
+
+    def authorize_by_resource_type(
+        self,
+        principal: KafkaPrincipal,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
+        """May the principal do `operation` on at least one resource of this type? (Kafka's
+        Authorizer.authorizeByResourceType: an ALLOW on some literal name or prefix that no
+        DENY of the same operation covers; implied operations do not count here.)"""
+        # A name no ACL can name: super users, wildcard ALLOWs, and the no-ACL rule.
+        if self.authorize(principal, host, operation, resource_type, "\x00hardcode"):
+            return True
+        principals = (str(principal), str(WILDCARD_PRINCIPAL))
+        denied: dict[PatternType, set[str]] = {
+            PatternType.LITERAL: set(),
+            PatternType.PREFIXED: set(),
+        }
+        allowed: dict[PatternType, set[str]] = {
+            PatternType.LITERAL: set(),
+            PatternType.PREFIXED: set(),
+        }
+        for binding in self._by_type.get(resource_type, ()):
+            entry = binding.entry
+            if entry.principal not in principals or entry.host not in (WILDCARD, host):
+                continue
+            if entry.operation not in (AclOperation.ALL, operation):
+                continue
+            side = denied if entry.permission_type == PermissionType.DENY else allowed
+            side[binding.pattern.pattern_type].add(binding.pattern.name)
+        if WILDCARD in denied[PatternType.LITERAL]:
+            return False
+
+        def denied_by_prefix(name: str) -> bool:
+            return any(name.startswith(prefix) for prefix in denied[PatternType.PREFIXED])
+
+        for name in allowed[PatternType.LITERAL]:
+            if name not in denied[PatternType.LITERAL] and not denied_by_prefix(name):
+                return True
+        return any(not denied_by_prefix(prefix) for prefix in allowed[PatternType.PREFIXED])
