@@ -281,7 +281,9 @@ class Connection(asyncio.Protocol):
     def _ready_answers(self) -> list[bytes] | None:
         """The encoded answers at the head of the queue that are ready, in order, up to about
         WRITE_CHUNK bytes (at least the first): handed to the socket in one write, as a group
-        commit completes many produce requests at once. None if one failed (closed)."""
+        commit completes many produce requests at once. None if the first one failed (the
+        connection is then closed); one that failed behind ready answers ends the group, so
+        that the answers before it are written first."""
         ready: list[bytes] = []
         size = 0
         for answer in self._answers:
@@ -295,6 +297,8 @@ class Connection(asyncio.Protocol):
                     elif body is not None:
                         answer.data = encode_response(answer.request, body)
                 except Exception as e:
+                    if ready:
+                        break  # fails on the next round, after what precedes it is written
                     self._failed(answer.request, e)
                     return None
                 answer.future = None
