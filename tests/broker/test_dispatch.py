@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from kio.index import load_request_schema
 from kio.schema.index import api_key_map
 
-from onceflow.broker.dispatch import API_HANDLERS, supported_versions
+from onceflow.broker.dispatch import API_HANDLERS, parsed_versions, supported_versions
 from onceflow.protocol.api_key import ApiKey
 
 # What ApiVersions advertised when the table was filled by import side effects (decorators),
@@ -69,6 +70,11 @@ def test_the_table_advertises_what_it_did_before() -> None:
 def test_each_api_is_in_the_table_once() -> None:
     keys = [h.api_key for h in API_HANDLERS]
     assert len(keys) == len(set(keys))
+
+
+def test_kio_reads_every_version_the_broker_parses() -> None:
+    for api_key, version in parsed_versions():
+        load_request_schema(api_key, version)
 
 
 def test_api_keys_are_named_as_kafka_names_them() -> None:

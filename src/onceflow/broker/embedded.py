@@ -71,8 +71,7 @@ class EmbeddedBroker:
         cmd = [
             sys.executable,
             "-m",
-            "onceflow.cli.main",
-            "broker",
+            "onceflow.broker",
             "--data-dir",
             str(self.data_dir),
             *self._listen_args(),
