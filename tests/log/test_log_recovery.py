@@ -229,6 +229,24 @@ def test_bad_index_files_are_rebuilt(open_log, damage, suffix):
         assert log.read(last, 1).data == raw
 
 
+def test_index_entries_kept_in_memory_reach_the_files_on_roll_and_close(open_log):
+    # Appends keep index entries in memory; rolls and the clean close write them. The files
+    # must then hold exactly what a rebuild from the log gives, for every segment.
+    log = open_log(CONFIG)
+    fill(log, [1, 2, 1, 3] * 10)
+    bases = log.segment_base_offsets
+    log.close()
+    suffixes = (".index", ".timeindex")
+    written = {(b, s): log_file(log.directory, b, s).read_bytes() for b in bases for s in suffixes}
+    assert all(written[(b, ".index")] for b in bases), "the test needs entries in each segment"
+    for b in bases:
+        for suffix in suffixes:
+            log_file(log.directory, b, suffix).unlink()
+    open_log(CONFIG).close()  # rebuilds the missing indexes from the log
+    for (b, suffix), data in written.items():
+        assert log_file(log.directory, b, suffix).read_bytes() == data, (b, suffix)
+
+
 def test_orphaned_index_files_and_temp_files_are_swept(open_log):
     log = open_log(CONFIG)
     fill(log, [1])

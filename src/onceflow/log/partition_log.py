@@ -288,9 +288,9 @@ class PartitionLog:
         active = self._segments[-1]
         if active.size == 0:
             return
-        # Pinned first: the roll's last time index entry must not fail for want of a
-        # descriptor once the new segment exists.
-        with active.time_index.file.pinned():
+        # Pinned first: writing the index entries kept in memory, the roll's last one
+        # included, must not fail for want of a descriptor once the new segment exists.
+        with active.offset_index.file.pinned(), active.time_index.file.pinned():
             try:
                 segment = Segment.create(self.directory, active.next_offset, self.config, now)
             except OSError as exc:

@@ -12,7 +12,6 @@ import logging
 import os
 import re
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 from onceflow.log.config import LogConfig
@@ -278,13 +277,10 @@ class Segment:
         start = self.size
         view = memoryview(data)
         written = 0
-        with ExitStack() as pins:
-            # Every descriptor this append needs is pinned before the first byte is written:
-            # running out of descriptors then fails the append with nothing written.
-            fd = pins.enter_context(self._file.pinned())
-            if self.bytes_since_last_index_entry + len(view) > config.index_interval_bytes:
-                pins.enter_context(self.offset_index.file.pinned())
-                pins.enter_context(self.time_index.file.pinned())
+        # The one descriptor this append needs (index entries wait in memory: IndexFile)
+        # is pinned before the first byte is written: running out of descriptors then fails
+        # the append with nothing written.
+        with self._file.pinned() as fd:
             try:
                 check_space()
                 while written < len(view):
@@ -292,17 +288,12 @@ class Segment:
             except OSError as exc:
                 self._undo_partial_write(fd, start)
                 raise LogStorageError(f"write to {self.log_path} failed: {exc}") from exc
-            if start == 0:
-                self.first_batch_timestamp = headers[0][1].max_timestamp
-            try:
-                for position, header in headers:
-                    self._track_batch(start + position, header, config)
-            except OSError as exc:
-                # The batches are in the log; only the sparse index lags; recovery rebuilds it.
-                raise LogStorageError(f"index write of {self.log_path} failed: {exc}") from exc
-            finally:
-                self.size = start + len(view)
-                self.next_offset = headers[-1][1].next_offset
+        if start == 0:
+            self.first_batch_timestamp = headers[0][1].max_timestamp
+        for position, header in headers:
+            self._track_batch(start + position, header, config)
+        self.size = start + len(view)
+        self.next_offset = headers[-1][1].next_offset
 
     def _undo_partial_write(self, fd: int, start: int) -> None:
         try:
@@ -333,10 +324,13 @@ class Segment:
             self.offset_of_max_timestamp = header.last_offset
 
     def on_become_inactive(self) -> None:
-        """Called on roll and on clean close: make the time index's last entry the max."""
+        """Called on roll and on clean close: make the time index's last entry the max, and
+        write the index entries kept in memory."""
         self.time_index.maybe_append(
             self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
         )
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
 
     # -- reads --------------------------------------------------------------------------
 
@@ -416,6 +410,9 @@ class Segment:
         return self._file
 
     def index_files(self) -> list[FileHandle]:
+        """The index files' handles, with every entry written: what a sync makes durable."""
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
         return [self.offset_index.file, self.time_index.file]
 
     def close_index_files(self) -> None:
