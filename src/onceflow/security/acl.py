@@ -89,6 +89,36 @@ SUPPORTED_RESOURCE_TYPES = (
     ResourceType.TRANSACTIONAL_ID,
 )
 
+# The operations an ACL on each resource type can name, besides ALL (Kafka's
+# AclEntry.supportedOperations: kafka-acls refuses the others).
+SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
+    ResourceType.TOPIC: frozenset(
+        {
+            AclOperation.READ,
+            AclOperation.WRITE,
+            AclOperation.CREATE,
+            AclOperation.DESCRIBE,
+            AclOperation.DELETE,
+            AclOperation.ALTER,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+        }
+    ),
+    ResourceType.GROUP: frozenset({AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}),
+    ResourceType.CLUSTER: frozenset(
+        {
+            AclOperation.CREATE,
+            AclOperation.CLUSTER_ACTION,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+            AclOperation.IDEMPOTENT_WRITE,
+            AclOperation.ALTER,
+            AclOperation.DESCRIBE,
+        }
+    ),
+    ResourceType.TRANSACTIONAL_ID: frozenset({AclOperation.DESCRIBE, AclOperation.WRITE}),
+}
+
 
 @dataclass(frozen=True, order=True)
 class ResourcePattern:
