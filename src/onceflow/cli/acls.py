@@ -502,18 +502,14 @@ def _confluent_filter(
 
 
 def _from_confluent(binding: admin.AclBinding) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(
-            ResourceType(binding.restype.value),
-            binding.name,
-            PatternType(binding.resource_pattern_type.value),
-        ),
-        AccessControlEntry(
-            binding.principal,
-            binding.host,
-            AclOperation(binding.operation.value),
-            PermissionType(binding.permission_type.value),
-        ),
+    return AclBinding.from_codes(
+        binding.restype.value,
+        binding.name,
+        binding.resource_pattern_type.value,
+        binding.principal,
+        binding.host,
+        binding.operation.value,
+        binding.permission_type.value,
     )
 
 

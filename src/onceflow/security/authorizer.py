@@ -45,6 +45,8 @@ _IMPLIES_DESCRIBE = frozenset(
 )
 _IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
 _CACHE_LIMIT = 10_000
+# May (principal, host) do (operation) on (resource type, name)? The principal as its text.
+Question = tuple[str, str, AclOperation, ResourceType, str]
 _ANY_USER = str(WILDCARD_PRINCIPAL)
 
 
@@ -77,7 +79,7 @@ class Authorizer:
         self._by_type: dict[ResourceType, list[AclBinding]] = {}
         # Decisions, by (principal, host, operation, type, name): a Produce asks the same
         # question for every request; any change of the ACLs empties it.
-        self._cache: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
+        self._cache: dict[Question, bool] = {}
         self.install(acls)
 
     # -- the ACLs ----------------------------------------------------------------------------
@@ -115,21 +117,14 @@ class Authorizer:
         key = (str(principal), host, operation, resource_type, name)
         decision = self._cache.get(key)
         if decision is None:
-            decision = self._decide(principal, host, operation, resource_type, name)
+            decision = self._decide(key)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             self._cache[key] = decision
         return decision
 
-    def _decide(
-        self,
-        principal: KafkaPrincipal,
-        host: str,
-        operation: AclOperation,
-        resource_type: ResourceType,
-        name: str,
-    ) -> bool:
-        caller = str(principal)
+    def _decide(self, question: Question) -> bool:
+        caller, host, operation, resource_type, name = question
         has_resource_acls = False
         allowed = False
         for binding in self._by_type.get(resource_type, ()):
