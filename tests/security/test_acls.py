@@ -42,6 +42,10 @@ from kafka.admin import ResourceType as KpResourceType
 from kafka.errors import ClusterAuthorizationFailedError
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.security.acl import AclBinding as ModelBinding
+from onceflow.security.acl import AclError
+from onceflow.security.acl import AclOperation as ModelOperation
+from onceflow.security.acl_store import ACLS_FILE, AclStoreError, load_acls
 from tests.security.conftest import add_user
 
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -354,3 +358,25 @@ def test_acls_survive_kill_9(tmp_path: Path) -> None:
         assert produce_error(broker, "alice", topic) is None
     finally:
         broker.stop()
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [("{not json", "cannot read"), ("[1, 2]", "is damaged"), ('{"acls": [{"name": "t"}]}',
+     "is damaged"), ('{"acls": [{"resource_type": "TOPIC", "name": "t", "pattern_type": "ANY",'
+     ' "principal": "User:a", "host": "*", "operation": "READ", "permission_type": "ALLOW"}]}',
+     "is damaged")],
+)  # fmt: skip
+def test_a_damaged_acl_file_is_one_line_for_the_operator(
+    tmp_path: Path, content: str, says: str
+) -> None:
+    (tmp_path / ACLS_FILE).write_text(content)
+    with pytest.raises(AclStoreError, match=says):
+        load_acls(tmp_path)
+
+
+def test_unknown_wire_codes_become_unknown_and_are_refused() -> None:
+    binding = ModelBinding.from_codes(2, "t", 3, "User:a", "*", 99, 3)
+    assert binding.entry.operation == ModelOperation.UNKNOWN
+    with pytest.raises(AclError):
+        binding.validate()
