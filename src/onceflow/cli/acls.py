@@ -15,6 +15,7 @@ so the commands work against any Kafka cluster with an authorizer.
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -403,8 +404,9 @@ def _remove(session: AdminSession, wanted: ResourceAcls, force: bool) -> None:
     """Delete per resource filter, after a yes (or --force), one line per binding removed."""
     confirmed: list[tuple[ResourceFilter, frozenset[AccessControlEntry]]] = []
     for resource, entries in sorted(wanted.items()):
-        what = "\n".join(f"  {entry}" for entry in sorted(entries)) if entries else "  every ACL"
-        if force or _confirm(f"Remove from {_filter_text(resource)}:\n{what}\n?"):
+        what = [f"  {entry}" for entry in sorted(entries)] or ["  every ACL of it"]
+        question = "\n".join([f"From {_filter_text(resource)}, remove:", *what, "Remove them?"])
+        if force or _confirm(question):
             confirmed.append((resource, entries))
     if not confirmed:
         note("Nothing removed.")
@@ -453,12 +455,13 @@ def _explain_empty(session: AdminSession) -> None:
 
 
 def _confirm(question: str) -> bool:
-    try:
-        return typer.confirm(question, default=False)
-    except typer.Abort:  # end of input: nobody to ask
-        raise UsageError(
-            "Removing ACLs needs a yes: answer the question or give --force."
-        ) from None
+    """A yes from stdin, the question on stderr (stdout holds only results)."""
+    print(f"{question} [y/N]: ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline()
+    if not answer:  # end of input: nobody to ask
+        print(file=sys.stderr)
+        raise UsageError("Removing ACLs needs a yes: answer the question or give --force.")
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _filter_text(resource: ResourceFilter) -> str:
