@@ -17,6 +17,7 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import (
@@ -40,8 +41,14 @@ from kafka.admin import (
 )
 from kafka.admin import ResourceType as KpResourceType
 from kafka.errors import ClusterAuthorizationFailedError
+from kio.schema.metadata.v10.request import MetadataRequest
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.security.acl import AclBinding as ModelBinding
+from onceflow.security.acl import AclError
+from onceflow.security.acl import AclOperation as ModelOperation
+from onceflow.security.acl_store import ACLS_FILE, AclStoreError, load_acls
+from tests.admin_requests import call
 from tests.security.conftest import add_user
 
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -352,5 +359,92 @@ def test_acls_survive_kill_9(tmp_path: Path) -> None:
         handle = admin(broker)
         assert handle.describe_acls(everything).result(TIMEOUT_S) == [binding]
         assert produce_error(broker, "alice", topic) is None
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [("{not json", "cannot read"), ("[1, 2]", "is damaged"), ('{"acls": [{"name": "t"}]}',
+     "is damaged"), ('{"acls": [{"resource_type": "TOPIC", "name": "t", "pattern_type": "ANY",'
+     ' "principal": "User:a", "host": "*", "operation": "READ", "permission_type": "ALLOW"}]}',
+     "is damaged")],
+)  # fmt: skip
+def test_a_damaged_acl_file_is_one_line_for_the_operator(
+    tmp_path: Path, content: str, says: str
+) -> None:
+    (tmp_path / ACLS_FILE).write_text(content)
+    with pytest.raises(AclStoreError, match=says):
+        load_acls(tmp_path)
+
+
+def test_unknown_wire_codes_become_unknown_and_are_refused() -> None:
+    binding = ModelBinding.from_codes(2, "t", 3, "User:a", "*", 99, 3)
+    assert binding.entry.operation == ModelOperation.UNKNOWN
+    with pytest.raises(AclError):
+        binding.validate()
+
+
+# -- authorized operations (Metadata v8+, DescribeGroups v3+) ---------------------------------
+
+
+def test_authorized_operations_are_the_ones_the_acls_allow(acl_broker: EmbeddedBroker) -> None:
+    topic, group = name("ops"), name("g")
+    create_topic(acl_broker, topic)
+    add_acls(
+        acl_broker,
+        allow("alice", ResourceType.TOPIC, topic, AclOperation.READ),
+        allow("alice", ResourceType.GROUP, group, AclOperation.DELETE),
+    )
+    topics = TopicCollection([topic])
+    alice, root = admin(acl_broker, "alice"), admin(acl_broker)
+    described = alice.describe_topics(topics, include_authorized_operations=True)[topic]
+    # READ implies DESCRIBE, as in Kafka.
+    assert set(described.result(TIMEOUT_S).authorized_operations) == {
+        AclOperation.READ, AclOperation.DESCRIBE,
+    }  # fmt: skip
+    everything = root.describe_topics(topics, include_authorized_operations=True)[topic]
+    assert set(everything.result(TIMEOUT_S).authorized_operations) == {
+        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+        AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    }  # fmt: skip
+    unasked = alice.describe_topics(topics)[topic].result(TIMEOUT_S)
+    assert not unasked.authorized_operations
+    groups = alice.describe_consumer_groups([group], include_authorized_operations=True)
+    assert set(groups[group].result(TIMEOUT_S).authorized_operations) == {
+        AclOperation.DELETE, AclOperation.DESCRIBE,
+    }  # fmt: skip
+
+
+def test_cluster_authorized_operations_in_metadata_v10(tmp_path: Path) -> None:
+    """No super user, allow.everyone.if.no.acl.found: User:ANONYMOUS may do everything on the
+    Cluster until an ACL names it, then only what the ACLs allow."""
+    broker = EmbeddedBroker(
+        tmp_path / "data",
+        settings={"authorizer.class.name": AUTHORIZER, "allow.everyone.if.no.acl.found": "true"},
+    )
+    broker.start()
+    try:
+
+        def cluster_operations(include: bool) -> int:
+            request = MetadataRequest(
+                topics=(),
+                include_cluster_authorized_operations=include,
+                include_topic_authorized_operations=False,
+            )
+            return int(call(broker.bootstrap, request).cluster_authorized_operations)
+
+        supported = (
+            AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+            AclOperation.DESCRIBE,
+        )  # fmt: skip
+        assert cluster_operations(True) == sum(1 << op.value for op in supported)
+        assert cluster_operations(False) == -2147483648  # not asked for
+        handle = AdminClient({"bootstrap.servers": broker.bootstrap})
+        describe = allow("ANONYMOUS", ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE)
+        handle.create_acls([describe])[describe].result(TIMEOUT_S)
+        assert cluster_operations(True) == 1 << AclOperation.DESCRIBE.value
     finally:
         broker.stop()

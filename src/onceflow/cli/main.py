@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from onceflow.cli.acls import acls_app
 from onceflow.cli.bench import bench_command
 from onceflow.cli.bench_eos import bench_eos_command
 from onceflow.cli.bench_spark import bench_spark_command
@@ -33,6 +34,7 @@ app.command("consume")(consume_command)
 app.add_typer(groups_app, name="groups")
 app.add_typer(transactions_app, name="transactions")
 app.add_typer(users_app, name="users")
+app.add_typer(acls_app, name="acls")
 app.command("bench")(bench_command)
 app.command("bench-eos")(bench_eos_command)
 app.command("bench-spark")(bench_spark_command)

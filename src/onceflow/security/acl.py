@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Self
 
 from onceflow.security.principal import KafkaPrincipal
 
@@ -31,6 +32,15 @@ class _Named(enum.IntEnum):
         if member is None or member.name in ("UNKNOWN", "ANY", "MATCH"):
             raise AclError(f"unknown {cls.__name__} {text!r}")
         return member
+
+    @classmethod
+    def of_code(cls, code: int) -> Self:
+        """The member of a wire code; UNKNOWN (every enum's 0) for a code it does not know,
+        which validation then refuses (INVALID_REQUEST, as Kafka's)."""
+        try:
+            return cls(code)
+        except ValueError:
+            return cls(0)
 
     def camel(self) -> str:
         return "".join(part.capitalize() for part in self.name.split("_"))
@@ -89,6 +99,36 @@ SUPPORTED_RESOURCE_TYPES = (
     ResourceType.TRANSACTIONAL_ID,
 )
 
+# The operations an ACL on each resource type can name, besides ALL (Kafka's
+# AclEntry.supportedOperations: kafka-acls refuses the others).
+SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
+    ResourceType.TOPIC: frozenset(
+        {
+            AclOperation.READ,
+            AclOperation.WRITE,
+            AclOperation.CREATE,
+            AclOperation.DESCRIBE,
+            AclOperation.DELETE,
+            AclOperation.ALTER,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+        }
+    ),
+    ResourceType.GROUP: frozenset({AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}),
+    ResourceType.CLUSTER: frozenset(
+        {
+            AclOperation.CREATE,
+            AclOperation.CLUSTER_ACTION,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+            AclOperation.IDEMPOTENT_WRITE,
+            AclOperation.ALTER,
+            AclOperation.DESCRIBE,
+        }
+    ),
+    ResourceType.TRANSACTIONAL_ID: frozenset({AclOperation.DESCRIBE, AclOperation.WRITE}),
+}
+
 
 @dataclass(frozen=True, order=True)
 class ResourcePattern:
@@ -126,6 +166,30 @@ class AccessControlEntry:
 class AclBinding:
     pattern: ResourcePattern
     entry: AccessControlEntry
+
+    @classmethod
+    def from_codes(
+        cls,
+        resource_type: int,
+        name: str,
+        pattern_type: int,
+        principal: str,
+        host: str,
+        operation: int,
+        permission_type: int,
+    ) -> AclBinding:
+        """A binding from its seven fields as the wire (and Kafka's clients) carry them."""
+        return cls(
+            ResourcePattern(
+                ResourceType.of_code(resource_type), name, PatternType.of_code(pattern_type)
+            ),
+            AccessControlEntry(
+                principal,
+                host,
+                AclOperation.of_code(operation),
+                PermissionType.of_code(permission_type),
+            ),
+        )
 
     def validate(self) -> None:
         """Kafka's checks of a new ACL (AclControlManager.validateNewAcl, and the Cluster
@@ -167,6 +231,28 @@ class AclBindingFilter:
     host: str | None = None
     operation: AclOperation = AclOperation.ANY
     permission_type: PermissionType = PermissionType.ANY
+
+    @classmethod
+    def from_codes(
+        cls,
+        resource_type: int,
+        name: str | None,
+        pattern_type: int,
+        principal: str | None,
+        host: str | None,
+        operation: int,
+        permission_type: int,
+    ) -> AclBindingFilter:
+        """A filter from its seven fields as the wire carries them."""
+        return cls(
+            ResourceType.of_code(resource_type),
+            name,
+            PatternType.of_code(pattern_type),
+            principal,
+            host,
+            AclOperation.of_code(operation),
+            PermissionType.of_code(permission_type),
+        )
 
     def validate(self) -> None:
         fields = (self.resource_type, self.pattern_type, self.operation, self.permission_type)

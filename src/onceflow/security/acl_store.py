@@ -14,14 +14,17 @@ from typing import Any
 from onceflow.security.acl import (
     AccessControlEntry,
     AclBinding,
-    AclError,
     AclOperation,
     PatternType,
     PermissionType,
     ResourcePattern,
     ResourceType,
 )
-from onceflow.security.durable_file import DurableFileError, read_json, write_json_atomically
+from onceflow.security.durable_file import (
+    DurableFileError,
+    load_json_store,
+    write_json_atomically,
+)
 
 ACLS_FILE = "acls.json"
 FORMAT_VERSION = 1
@@ -32,15 +35,11 @@ class AclStoreError(Exception):
 
 
 def load_acls(data_dir: Path) -> frozenset[AclBinding]:
-    path = data_dir / ACLS_FILE
-    try:
-        raw = read_json(path) or {}
-    except (OSError, ValueError) as e:
-        raise AclStoreError(f"cannot read {path}: {e}") from None
-    try:
-        return frozenset(_decode(item) for item in raw.get("acls", []))
-    except (KeyError, TypeError, ValueError, AclError) as e:
-        raise AclStoreError(f"{path} is damaged: {e!r}") from None
+    return load_json_store(
+        data_dir / ACLS_FILE,
+        lambda raw: frozenset(_decode(item) for item in raw.get("acls", [])),
+        AclStoreError,
+    )
 
 
 def store_acls(data_dir: Path, acls: Iterable[AclBinding]) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from onceflow.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from onceflow.security.session import Session
@@ -41,6 +41,10 @@ AUTHORIZATION_FAILED = {
     CLUSTER: ErrorCode.cluster_authorization_failed,
     TRANSACTIONAL_ID: ErrorCode.transactional_id_authorization_failed,
 }
+
+# The schemas' default for authorized operations: not asked for (Metadata v8+, DescribeGroups
+# v3+ ...), as Kafka answers when the include_*_authorized_operations flag is false.
+NOT_REQUESTED = -2147483648
 
 # Kafka's authorizer audit log: refusals of what a request explicitly asked for, at INFO.
 audit = logging.getLogger("onceflow.authorizer")
@@ -108,6 +112,19 @@ def authorize_by_resource_type(
         return True
     return session.authorizer.authorize_by_resource_type(
         session.principal, session.host, operation, resource_type
+    )
+
+
+def authorized_operations(
+    session: Session | None, resource_type: ResourceType, name: str = CLUSTER_NAME
+) -> int:
+    """Kafka's AuthHelper.authorizedOperations: a bit (1 << code) for each operation the
+    resource's type supports that the principal may do on it (every one, without an
+    authorizer); nothing logged, as Kafka's (a question, not a request)."""
+    return sum(
+        1 << operation.value
+        for operation in SUPPORTED_OPERATIONS[resource_type]
+        if authorize(session, operation, resource_type, name, log_if_denied=False)
     )
 
 

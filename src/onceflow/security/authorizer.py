@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from onceflow.security.acl import (
     WILDCARD,
     WILDCARD_PRINCIPAL,
+    AccessControlEntry,
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -44,6 +45,9 @@ _IMPLIES_DESCRIBE = frozenset(
 )
 _IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
 _CACHE_LIMIT = 10_000
+# May (principal, host) do (operation) on (resource type, name)? The principal as its text.
+Question = tuple[str, str, AclOperation, ResourceType, str]
+_ANY_USER = str(WILDCARD_PRINCIPAL)
 
 
 def parse_super_users(text: str) -> frozenset[str]:
@@ -75,7 +79,7 @@ class Authorizer:
         self._by_type: dict[ResourceType, list[AclBinding]] = {}
         # Decisions, by (principal, host, operation, type, name): a Produce asks the same
         # question for every request; any change of the ACLs empties it.
-        self._cache: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
+        self._cache: dict[Question, bool] = {}
         self.install(acls)
 
     # -- the ACLs ----------------------------------------------------------------------------
@@ -113,21 +117,14 @@ class Authorizer:
         key = (str(principal), host, operation, resource_type, name)
         decision = self._cache.get(key)
         if decision is None:
-            decision = self._decide(principal, host, operation, resource_type, name)
+            decision = self._decide(key)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             self._cache[key] = decision
         return decision
 
-    def _decide(
-        self,
-        principal: KafkaPrincipal,
-        host: str,
-        operation: AclOperation,
-        resource_type: ResourceType,
-        name: str,
-    ) -> bool:
-        principals = (str(principal), str(WILDCARD_PRINCIPAL))
+    def _decide(self, question: Question) -> bool:
+        caller, host, operation, resource_type, name = question
         has_resource_acls = False
         allowed = False
         for binding in self._by_type.get(resource_type, ()):
@@ -135,7 +132,7 @@ class Authorizer:
                 continue
             has_resource_acls = True
             entry = binding.entry
-            if entry.principal not in principals or entry.host not in (WILDCARD, host):
+            if not _is_about(entry, caller, host):
                 continue
             if entry.permission_type == PermissionType.DENY:
                 if entry.operation in (AclOperation.ALL, operation):
@@ -159,7 +156,7 @@ class Authorizer:
         # A name no ACL can name: super users, wildcard ALLOWs, and the no-ACL rule.
         if self.authorize(principal, host, operation, resource_type, "\x00hardcode"):
             return True
-        principals = (str(principal), str(WILDCARD_PRINCIPAL))
+        caller = str(principal)
         denied: dict[PatternType, set[str]] = {
             PatternType.LITERAL: set(),
             PatternType.PREFIXED: set(),
@@ -170,7 +167,7 @@ class Authorizer:
         }
         for binding in self._by_type.get(resource_type, ()):
             entry = binding.entry
-            if entry.principal not in principals or entry.host not in (WILDCARD, host):
+            if not _is_about(entry, caller, host):
                 continue
             if entry.operation not in (AclOperation.ALL, operation):
                 continue
@@ -186,3 +183,10 @@ class Authorizer:
             if name not in denied[PatternType.LITERAL] and not denied_by_prefix(name):
                 return True
         return any(not denied_by_prefix(prefix) for prefix in allowed[PatternType.PREFIXED])
+
+
+def _is_about(entry: AccessControlEntry, caller: str, host: str) -> bool:
+    """Does the entry speak of this caller (a principal's text): its principal or User:*, its
+    host or `*`?"""
+    principal_matches = entry.principal in (caller, _ANY_USER)
+    return principal_matches and entry.host in (WILDCARD, host)

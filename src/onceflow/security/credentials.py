@@ -13,7 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from onceflow.security.durable_file import DurableFileError, read_json, write_json_atomically
+from onceflow.security.durable_file import (
+    DurableFileError,
+    load_json_store,
+    write_json_atomically,
+)
 from onceflow.security.scram import MECHANISMS, ScramCredential, ScramMechanism
 
 CREDENTIALS_FILE = "scram-credentials.json"
@@ -34,18 +38,7 @@ class CredentialStore:
 
     @classmethod
     def open(cls, data_dir: Path) -> CredentialStore:
-        path = data_dir / CREDENTIALS_FILE
-        try:
-            raw = read_json(path) or {}
-        except (OSError, ValueError) as e:
-            raise CredentialStoreError(f"cannot read {path}: {e}") from None
-        try:
-            table = {
-                user: {name: _decode(cred) for name, cred in by_mechanism.items()}
-                for user, by_mechanism in raw.get("users", {}).items()
-            }
-        except (KeyError, TypeError, ValueError) as e:
-            raise CredentialStoreError(f"{path} is damaged: {e!r}") from None
+        table = load_json_store(data_dir / CREDENTIALS_FILE, _decode_table, CredentialStoreError)
         return cls(data_dir, table)
 
     def get(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
@@ -97,6 +90,13 @@ def _encode(credential: ScramCredential) -> dict[str, Any]:
         "stored_key": base64.b64encode(credential.stored_key).decode(),
         "server_key": base64.b64encode(credential.server_key).decode(),
         "iterations": credential.iterations,
+    }
+
+
+def _decode_table(raw: dict[str, Any]) -> Table:
+    return {
+        user: {name: _decode(cred) for name, cred in by_mechanism.items()}
+        for user, by_mechanism in raw.get("users", {}).items()
     }
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class DurableFileError(OSError):
@@ -39,3 +42,16 @@ def read_json(path: Path) -> Any | None:
     if not path.exists():
         return None
     return json.loads(path.read_text())
+
+
+def load_json_store(path: Path, decode: Callable[[Any], T], error: type[Exception]) -> T:
+    """A store read whole at start: its file's JSON ({} if there is no file) through `decode`,
+    or `error` with one line for the operator when the file cannot be read or decoded."""
+    try:
+        raw = read_json(path) or {}
+    except (OSError, ValueError) as e:
+        raise error(f"cannot read {path}: {e}") from None
+    try:
+        return decode(raw)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # AttributeError: not an object
+        raise error(f"{path} is damaged: {e!r}") from None

@@ -6,18 +6,16 @@ without an authorizer every answer is SECURITY_DISABLED, as Kafka's."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import enum
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from onceflow.broker.handlers.context import SecurityContext
-from onceflow.protocol.entities import build, sibling
-from onceflow.protocol.messages import response_type
+from onceflow.broker.handlers.responses import NO_THROTTLE, response_classes, results_response
+from onceflow.protocol.entities import build
 from onceflow.security import authorization as auth
 from onceflow.security.acl import (
     AccessControlEntry,
@@ -25,54 +23,59 @@ from onceflow.security.acl import (
     AclBindingFilter,
     AclError,
     AclOperation,
-    PatternType,
-    PermissionType,
     ResourcePattern,
-    ResourceType,
 )
 from onceflow.security.acl_changes import Outcome, failed_all, plan_creations, plan_deletions
 from onceflow.security.acl_store import AclStoreError, store_acls
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
+    from onceflow.security.authorizer import Authorizer
 
 log = logging.getLogger(__name__)
 
-DESCRIBE_ACLS = 29
-CREATE_ACLS = 30
-DELETE_ACLS = 31
-_NO_THROTTLE = datetime.timedelta(0)
 _DISABLED = "No Authorizer is configured."
-E = TypeVar("E", bound=enum.IntEnum)
+
+
+def _authorizer(
+    ctx: SecurityContext, request: Request, operation: AclOperation
+) -> Authorizer | Outcome:
+    """The authorizer, or the Outcome refusing the request as a whole, as Kafka's:
+    SECURITY_DISABLED without an authorizer, else CLUSTER_AUTHORIZATION_FAILED without
+    `operation` on the Cluster."""
+    if ctx.security.authorizer is None:
+        return Outcome(ErrorCode.security_disabled, _DISABLED)
+    if not auth.authorize_cluster(request.session, operation):
+        return Outcome(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+    return ctx.security.authorizer
 
 
 def handle_describe_acls(ctx: SecurityContext, request: Request) -> Any:
-    cls = response_type(DESCRIBE_ACLS, request.api_version)
-    authorizer = ctx.security.authorizer
-    error, message, resources = ErrorCode.none, None, ()
-    if authorizer is None:
-        error, message = ErrorCode.security_disabled, _DISABLED
-    elif not auth.authorize_cluster(request.session, auth.DESCRIBE):
-        error, message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+    cls, resource_cls, acl_cls = response_classes(request, "DescribeAclsResource", "AclDescription")
+    authorizer = _authorizer(ctx, request, auth.DESCRIBE)
+    outcome, resources = Outcome(), ()
+    if isinstance(authorizer, Outcome):
+        outcome = authorizer
     else:
         acl_filter = _filter(request.body)
         try:
             acl_filter.validate()
         except AclError as e:
-            error, message = ErrorCode.invalid_request, str(e)
+            outcome = Outcome(ErrorCode.invalid_request, str(e))
         else:
-            resources = _by_resource(cls, authorizer.acls(acl_filter))
+            resources = _by_resource(resource_cls, acl_cls, authorizer.acls(acl_filter))
     return build(
         cls,
-        throttle_time=_NO_THROTTLE,
-        error_code=error,
-        error_message=message,
+        throttle_time=NO_THROTTLE,
+        error_code=outcome.error_code,
+        error_message=outcome.error_message,
         resources=resources,
     )
 
 
-def _by_resource(cls: type, bindings: Iterable[AclBinding]) -> tuple[Any, ...]:
-    resource_cls, acl_cls = sibling(cls, "DescribeAclsResource"), sibling(cls, "AclDescription")
+def _by_resource(
+    resource_cls: type, acl_cls: type, bindings: Iterable[AclBinding]
+) -> tuple[Any, ...]:
     grouped: dict[ResourcePattern, list[AccessControlEntry]] = {}
     for binding in bindings:
         grouped.setdefault(binding.pattern, []).append(binding.entry)
@@ -104,11 +107,9 @@ def handle_create_acls(ctx: SecurityContext, request: Request) -> Any:
 async def _create(ctx: SecurityContext, request: Request) -> Any:
     creations = request.body.creations
     security = ctx.security
-    authorizer = security.authorizer
-    if authorizer is None:
-        results = failed_all(len(creations), ErrorCode.security_disabled, _DISABLED)
-    elif not auth.authorize_cluster(request.session, auth.ALTER):
-        results = failed_all(len(creations), ErrorCode.cluster_authorization_failed)
+    authorizer = _authorizer(ctx, request, auth.ALTER)
+    if isinstance(authorizer, Outcome):
+        results = [authorizer] * len(creations)
     else:
         async with security.acls_lock:  # each change planned against the last one stored
             plan = plan_creations(authorizer.bindings(), [_binding(c) for c in creations])
@@ -117,16 +118,7 @@ async def _create(ctx: SecurityContext, request: Request) -> Any:
                 error = await _store(ctx, request, plan.acls, "created", plan.created)
                 if error is not None:
                     results = failed_all(len(creations), ErrorCode.kafka_storage_error, error)
-    cls = response_type(CREATE_ACLS, request.api_version)
-    result_cls = sibling(cls, "AclCreationResult")
-    return build(
-        cls,
-        throttle_time=_NO_THROTTLE,
-        results=tuple(
-            build(result_cls, error_code=r.error_code, error_message=r.error_message)
-            for r in results
-        ),
-    )
+    return results_response(request, "AclCreationResult", results)
 
 
 def handle_delete_acls(ctx: SecurityContext, request: Request) -> Any:
@@ -136,16 +128,10 @@ def handle_delete_acls(ctx: SecurityContext, request: Request) -> Any:
 async def _delete(ctx: SecurityContext, request: Request) -> Any:
     filters = request.body.filters
     security = ctx.security
-    authorizer = security.authorizer
     results: list[tuple[Outcome, list[AclBinding]]]
-    if authorizer is None:
-        results = [
-            (r, []) for r in failed_all(len(filters), ErrorCode.security_disabled, _DISABLED)
-        ]
-    elif not auth.authorize_cluster(request.session, auth.ALTER):
-        results = [
-            (r, []) for r in failed_all(len(filters), ErrorCode.cluster_authorization_failed)
-        ]
+    authorizer = _authorizer(ctx, request, auth.ALTER)
+    if isinstance(authorizer, Outcome):
+        results = [(authorizer, []) for _ in filters]
     else:
         async with security.acls_lock:
             plan = plan_deletions(authorizer.bindings(), [_filter(f) for f in filters])
@@ -155,14 +141,12 @@ async def _delete(ctx: SecurityContext, request: Request) -> Any:
                 if error is not None:
                     failure = Outcome(ErrorCode.kafka_storage_error, error)
                     results = [(failure, []) for _ in filters]
-    cls = response_type(DELETE_ACLS, request.api_version)
-    result_cls, matching_cls = (
-        sibling(cls, "DeleteAclsFilterResult"),
-        sibling(cls, "DeleteAclsMatchingAcl"),
+    cls, result_cls, matching_cls = response_classes(
+        request, "DeleteAclsFilterResult", "DeleteAclsMatchingAcl"
     )
     return build(
         cls,
-        throttle_time=_NO_THROTTLE,
+        throttle_time=NO_THROTTLE,
         filter_results=tuple(
             build(
                 result_cls,
@@ -214,36 +198,21 @@ async def _store(
     return None
 
 
-def _enum(cls: type[E], value: int, unknown: E) -> E:
-    try:
-        return cls(value)
-    except ValueError:
-        return unknown  # validated later: answered INVALID_REQUEST
+# The seven fields of a binding (and of a filter) in the order AclBinding.from_codes takes them,
+# as CreateAcls' creations and DescribeAcls'/DeleteAcls' filters name them.
+_CREATION_FIELDS = (
+    "resource_type", "resource_name", "resource_pattern_type", "principal", "host", "operation",
+    "permission_type",
+)  # fmt: skip
+_FILTER_FIELDS = (
+    "resource_type_filter", "resource_name_filter", "pattern_type_filter", "principal_filter",
+    "host_filter", "operation", "permission_type",
+)  # fmt: skip
 
 
 def _binding(creation: Any) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(
-            _enum(ResourceType, creation.resource_type, ResourceType.UNKNOWN),
-            creation.resource_name,
-            _enum(PatternType, creation.resource_pattern_type, PatternType.UNKNOWN),
-        ),
-        AccessControlEntry(
-            creation.principal,
-            creation.host,
-            _enum(AclOperation, creation.operation, AclOperation.UNKNOWN),
-            _enum(PermissionType, creation.permission_type, PermissionType.UNKNOWN),
-        ),
-    )
+    return AclBinding.from_codes(*(getattr(creation, name) for name in _CREATION_FIELDS))
 
 
 def _filter(body: Any) -> AclBindingFilter:
-    return AclBindingFilter(
-        _enum(ResourceType, body.resource_type_filter, ResourceType.UNKNOWN),
-        body.resource_name_filter,
-        _enum(PatternType, body.pattern_type_filter, PatternType.UNKNOWN),
-        body.principal_filter,
-        body.host_filter,
-        _enum(AclOperation, body.operation, AclOperation.UNKNOWN),
-        _enum(PermissionType, body.permission_type, PermissionType.UNKNOWN),
-    )
+    return AclBindingFilter.from_codes(*(getattr(body, name) for name in _FILTER_FIELDS))

@@ -198,7 +198,7 @@ def handle_describe_groups(ctx: GroupsContext, request: Request) -> Any:
             protocol_type="",
             protocol_data="",
             members=(),
-            authorized_operations=-2147483648,
+            authorized_operations=auth.NOT_REQUESTED,
         )
         for group in req.groups
         if group not in allowed
@@ -217,7 +217,11 @@ def handle_describe_groups(ctx: GroupsContext, request: Request) -> Any:
                 error_code=error,
                 group_state=d.state,
                 members=members,
-                authorized_operations=-2147483648,
+                authorized_operations=auth.authorized_operations(
+                    request.session, auth.GROUP, d.group_id
+                )
+                if getattr(req, "include_authorized_operations", False)
+                else auth.NOT_REQUESTED,
             )
         )
     return build(cls, throttle_time=ZERO, groups=tuple(out))

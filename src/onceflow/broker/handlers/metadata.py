@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from collections.abc import Callable, Iterable
@@ -194,6 +195,15 @@ def _metadata_response(
     ctx: AdminContext, request: Request, cls: type, topics: tuple[Any, ...]
 ) -> Any:
     node = ctx.node.node_id
+    session = request.session
+    cluster_operations = auth.NOT_REQUESTED
+    if getattr(request.body, "include_cluster_authorized_operations", False):  # v8 to v10
+        may_describe = auth.authorize(session, auth.DESCRIBE, auth.CLUSTER, log_if_denied=False)
+        cluster_operations = (
+            auth.authorized_operations(session, auth.CLUSTER) if may_describe else 0
+        )
+    if getattr(request.body, "include_topic_authorized_operations", False):
+        topics = tuple(_with_operations(session, t) for t in topics)
     return build(
         cls,
         throttle_time=datetime.timedelta(0),
@@ -201,5 +211,20 @@ def _metadata_response(
         cluster_id=ctx.node.cluster_id,
         controller_id=node,
         topics=topics,
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=cluster_operations,
     )
+
+
+# Answers about no topic the principal may describe by name: their operations stay unasked.
+_NOT_DESCRIBED = (
+    ErrorCode.topic_authorization_failed, ErrorCode.unknown_topic_id, ErrorCode.invalid_request
+)  # fmt: skip
+
+
+def _with_operations(session: Any, topic: Any) -> Any:
+    """The topic's authorized operations, as Kafka sets them on the topics it describes (found,
+    unknown or invalid names alike; not the refused ones, nor unknown topic ids)."""
+    if topic.name is None or topic.error_code in _NOT_DESCRIBED:
+        return topic
+    operations = auth.authorized_operations(session, auth.TOPIC, topic.name)
+    return dataclasses.replace(topic, topic_authorized_operations=operations)

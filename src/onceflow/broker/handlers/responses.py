@@ -3,6 +3,7 @@ from the coordinators' result objects, per-partition entries grouped under their
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable
 from dataclasses import fields
 from functools import cache
@@ -13,6 +14,8 @@ from onceflow.protocol.messages import response_type
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
+
+NO_THROTTLE = datetime.timedelta(0)
 
 
 def response_class(request: Request) -> type:
@@ -73,4 +76,13 @@ def partition_errors(
         ),
         topic_cls,
         partitions,
+    )
+
+
+def results_response(request: Request, result_entity: str, results: Iterable[Any]) -> Any:
+    """A response that is its `results` and no throttle (CreateAcls, AlterUserScramCredentials):
+    one `result_entity` per result object, from its attributes of the same names."""
+    cls, result_cls = response_classes(request, result_entity)
+    return build(
+        cls, throttle_time=NO_THROTTLE, results=tuple(build_from(result_cls, r) for r in results)
     )

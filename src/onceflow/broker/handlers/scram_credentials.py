@@ -6,12 +6,12 @@ describe, ALTER to alter (everything is allowed without an authorizer)."""
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from onceflow.broker.handlers.responses import NO_THROTTLE, results_response
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DESCRIBE_USER_SCRAM_CREDENTIALS = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS
-ALTER_USER_SCRAM_CREDENTIALS = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
-_NO_THROTTLE = datetime.timedelta(0)
 
 
 def handle_describe(ctx: SecurityContext, request: Request) -> Any:
@@ -43,7 +41,7 @@ def handle_describe(ctx: SecurityContext, request: Request) -> Any:
     if not auth.authorize_cluster(request.session, auth.DESCRIBE):
         return build(
             cls,
-            throttle_time=_NO_THROTTLE,
+            throttle_time=NO_THROTTLE,
             error_code=ErrorCode.cluster_authorization_failed,
             error_message=None,
             results=(),
@@ -52,7 +50,7 @@ def handle_describe(ctx: SecurityContext, request: Request) -> Any:
     results = describe(ctx.security.credentials, users)
     return build(
         cls,
-        throttle_time=_NO_THROTTLE,
+        throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         error_message=None,
         results=tuple(
@@ -125,13 +123,4 @@ def _changes(plan: Any) -> list[tuple[str, str, str]]:
 
 
 def _alter_response(request: Request, results: list[UserResult]) -> Any:
-    cls = response_type(ALTER_USER_SCRAM_CREDENTIALS, request.api_version)
-    result_cls = sibling(cls, "AlterUserScramCredentialsResult")
-    return build(
-        cls,
-        throttle_time=_NO_THROTTLE,
-        results=tuple(
-            build(result_cls, user=r.user, error_code=r.error_code, error_message=r.error_message)
-            for r in results
-        ),
-    )
+    return results_response(request, "AlterUserScramCredentialsResult", results)
