@@ -92,9 +92,7 @@ def assign_offsets(
             set_max_timestamp(buf, position, append_time)
             crc = set_crc(buf, position, header.size)
             header = replace(header, attributes=attributes, max_timestamp=append_time, crc=crc)
-        assigned.append(
-            (position, replace(header, base_offset=offset, partition_leader_epoch=leader_epoch))
-        )
+        assigned.append((position, header.placed(offset, leader_epoch)))
         offset += header.last_offset_delta + 1
     return buf, assigned
 

@@ -63,6 +63,25 @@ class BatchHeader:
         """Bytes the whole batch occupies, header included."""
         return LOG_OVERHEAD + self.batch_length
 
+    def placed(self, base_offset: int, partition_leader_epoch: int) -> BatchHeader:
+        """This header at its offset in a log, written by that leader epoch. (What
+        dataclasses.replace does, at a quarter of its cost: it runs for every appended batch.)"""
+        return BatchHeader(
+            base_offset,
+            self.batch_length,
+            partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.records_count,
+        )
+
     @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
