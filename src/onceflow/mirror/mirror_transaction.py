@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, Producer, TopicPartition
 
+from onceflow.mirror.offset_syncs import OffsetSync, offset_syncs_topic, runs_of
 from onceflow.mirror.positions import mirror_group, mirror_transactional_id
 from onceflow.mirror.replication_policy import ReplicationPolicy
 from onceflow.spark.at_least_once import DeliveryError
@@ -62,26 +63,67 @@ class MirrorTransaction(OffsetsTransaction):
         self.rows = 0
         self.skipped = 0
         self.next_offset = -1
+        self.position = -1
+        self._sources: list[int] = []  # source offsets of the rows produced, in order
+        self._targets: list[int] = []  # their target offsets, from the delivery reports
+        self._failed: list[KafkaError] = []
 
     def open(self) -> int:
         """Fence earlier attempts, then read the position (stable from now on); -1 for none."""
-        self.fence(producer_config(self.target.client), self.topic)
+        config = producer_config(
+            self.target.client,
+            **{"on_delivery": self._delivered, "delivery.report.only.error": False},
+        )
+        self.fence(config, self.topic)
         group = {"group.id": mirror_group(self.target.policy.alias)}
-        return self.read_offset(
+        self.position = self.read_offset(
             consumer_config(self.target.client, **group),
             TopicPartition(self.topic, self.partition),
         )
+        return self.position
+
+    def _delivered(self, error: KafkaError | None, message: Any) -> None:
+        if error is not None:
+            self._failed.append(error)
+        elif message.topic() == self.topic:
+            self._targets.append(message.offset())
 
     def produce(self, batch: pa.RecordBatch, start: int, stop: int) -> None:
         """Rows [start, stop) of `batch` (all of this partition, not yet in the target)."""
         produce_rows(self.begin(), batch.slice(start, stop - start), self.topic, self.partition)
         self.rows += stop - start
-        self.next_offset = batch.column("offset")[stop - 1].as_py() + 1
+        self._sources += batch.column("offset").slice(start, stop - start).to_pylist()
+        self.next_offset = self._sources[-1] + 1
 
     def commit(self) -> None:
-        """Commit the rows with the new position: the offset after the last row written."""
+        """Commit the rows with their offset sync and the new position (the offset after the
+        last row written)."""
         if self.rows:
+            sync = self.offset_sync()
+            self.begin().produce(
+                offset_syncs_topic(self.target.policy.alias), sync.value(), sync.key(), partition=0
+            )
             self.commit_with(TopicPartition(self.topic, self.partition, self.next_offset))
+
+    def offset_sync(self) -> OffsetSync:
+        """Wait for every record's delivery report: their target offsets make the sync."""
+        undelivered = self.begin().flush(self.target.timeout_s)
+        if undelivered or self._failed or len(self._targets) != len(self._sources):
+            raise DeliveryError(
+                f"{self.transactional_id}: {len(self._targets)} of {len(self._sources)} "
+                f"records delivered, {undelivered} pending"
+                + (f" (first error: {self._failed[0]})" if self._failed else "")
+            )
+        # one producer, one partition, idempotent: the log holds them in the order produced
+        targets = sorted(self._targets)
+        start = self.position if self.position >= 0 else self._sources[0]
+        return OffsetSync(
+            self.topic,
+            self.partition,
+            start,
+            self.next_offset,
+            tuple(runs_of(self._sources, targets)),
+        )
 
 
 def produce_rows(producer: Any, batch: pa.RecordBatch, topic: str, partition: int) -> None:
