@@ -204,8 +204,9 @@ class GroupSync:
             for tp in self._offsets(self.target, "target", request)
         }
         forward = {tp: t for tp, t in translated.items() if t.target_offset > current.get(tp, -1)}
-        if len(forward) < len(translated):
-            report.held[group] = f"{len(translated) - len(forward)} partitions not rewound"
+        ahead = sum(1 for tp, t in translated.items() if current.get(tp, -1) > t.target_offset)
+        if ahead:
+            report.held[group] = f"{ahead} partitions ahead on the target, not rewound"
         if not forward:
             return
         commit = ConsumerGroupTopicPartitions(
