@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     ConsumerGroupState,
@@ -234,7 +234,12 @@ class GroupSync:
             topic = checkpoints_topic(self.policy.alias)
             ensure_internal_topic(self.target, topic, {"cleanup.policy": "compact"}, self.timeout_s)
             self._checkpoints = Producer(
-                {**self.target_client, "enable.idempotence": True, "logger": QUIET}
+                {
+                    **self.target_client,
+                    "enable.idempotence": True,
+                    "on_delivery": self._checkpoint_delivered,
+                    "logger": QUIET,
+                }
             )
         for (topic, partition), t in translated.items():
             if self._checkpointed.get((group, (topic, partition))) == t:
@@ -246,6 +251,15 @@ class GroupSync:
                 checkpoints_topic(self.policy.alias), record.value(), record.key(), partition=0
             )
             self._checkpointed[(group, (topic, partition))] = t
+
+    def _checkpoint_delivered(self, error: KafkaError | None, message: Any) -> None:
+        if error is not None:
+            # said, and written again at the next pass (the commits do not depend on it)
+            checkpoint = Checkpoint.decode(message.key(), message.value())
+            self._checkpointed.pop(
+                (checkpoint.group, (checkpoint.topic, checkpoint.partition)), None
+            )
+            log.warning("checkpoint %s not written: %s", checkpoint, error)
 
     def close(self) -> None:
         self.store.close()

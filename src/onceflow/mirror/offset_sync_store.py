@@ -49,6 +49,11 @@ class OffsetSyncStore:
 
     def refresh(self) -> int:
         """Read the syncs committed since the last refresh; how many there were."""
+        topic = self.consumer.list_topics(self.topic, timeout=self.timeout_s).topics[self.topic]
+        if topic.error is not None:
+            if topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return 0  # the mirror has not started yet
+            raise KafkaException(topic.error)
         self.consumer.assign([TopicPartition(self.topic, 0, self._next)])
         read = 0
         deadline = time.monotonic() + self.timeout_s
@@ -59,12 +64,11 @@ class OffsetSyncStore:
                     if time.monotonic() > deadline:
                         raise OffsetSyncReadError(f"{self.topic}: no end in {self.timeout_s} s")
                     continue
+                deadline = time.monotonic() + self.timeout_s  # a long topic: read on
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         return read
-                    if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        return read  # no mirror transaction yet
                     raise KafkaException(error)
                 self._next = msg.offset() + 1  # type: ignore[operator]
                 try:

@@ -52,6 +52,7 @@ from onceflow.cli.options import UsageError, parse_pairs
 from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.data_source import TARGET_PREFIX, MirrorDataSource, mirror_target
 from onceflow.mirror.group_sync import GroupsPatternError, GroupSync, GroupSyncError, groups_pattern
+from onceflow.mirror.offset_sync_store import OffsetSyncReadError
 from onceflow.mirror.positions import MirrorPositions
 from onceflow.mirror.progress import MirrorProgress
 from onceflow.mirror.replication_policy import (
@@ -161,7 +162,7 @@ def sync_groups(sync: GroupSync) -> str:
     """One translation pass, as a progress line (a cluster away: said, tried again later)."""
     try:
         return sync.sync().line()
-    except (GroupSyncError, KafkaException) as exc:
+    except (GroupSyncError, OffsetSyncReadError, KafkaException) as exc:
         return f"mirror: groups: not synced this time ({exc})"
 
 
@@ -263,14 +264,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     due = {"progress": time.monotonic() + args.progress_interval, "groups": time.monotonic()}
     wake = min(args.progress_interval, sync_every_s) if groups else args.progress_interval
-    while not query.awaitTermination(wake):
-        now = time.monotonic()
-        if now >= due["progress"]:
-            print(progress.line(query.recentProgress), flush=True)
-            due["progress"] = now + args.progress_interval
-        if groups is not None and now >= due["groups"]:
-            print(sync_groups(groups), flush=True)
-            due["groups"] = now + sync_every_s
+    said = ""  # the last group line: printed again only when it changes
+    try:
+        while not query.awaitTermination(wake):
+            now = time.monotonic()
+            if now >= due["progress"]:
+                print(progress.line(query.recentProgress), flush=True)
+                due["progress"] = now + args.progress_interval
+            if groups is not None and now >= due["groups"]:
+                line = sync_groups(groups)
+                if line != said:
+                    print(line, flush=True)
+                    said = line
+                due["groups"] = now + sync_every_s
+    finally:
+        if groups is not None:
+            groups.close()
 
 
 if __name__ == "__main__":
