@@ -10,9 +10,8 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.offset_syncs import OffsetIndex, OffsetSync, OffsetSyncError
-from onceflow.spark.sink_target import consumer_config
+from onceflow.mirror.positions import read_committed_consumer
 
 log = logging.getLogger(__name__)
 
@@ -33,17 +32,13 @@ class OffsetSyncStore:
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(
-                consumer_config(
-                    self.client,
-                    **{
-                        "group.id": f"{self.topic}.reader",  # never commits: assign() only
-                        "isolation.level": "read_committed",
-                        "enable.partition.eof": True,
-                        "auto.offset.reset": "earliest",  # syncs gone by retention: from the oldest
-                        "logger": QUIET,
-                    },
-                )
+            self._consumer = read_committed_consumer(
+                self.client,
+                f"{self.topic}.reader",  # never commits: assign() only
+                **{
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",  # syncs gone by retention: from the oldest
+                },
             )
         return self._consumer
 
