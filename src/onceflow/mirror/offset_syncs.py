@@ -1,13 +1,17 @@
 """Offset syncs: which target offset each mirrored source record got, and the exact translation
 of a consumer group's source offset to a target offset (MirrorMaker 2's offset syncs, exact).
 
-Every mirror transaction also writes one sync record into the target's internal topic
+The offsets differ between the clusters: the source's aborted records and markers are not
+copied, and the target has markers of its own. So every mirror transaction also writes a sync
+record (or several, of MAX_RUNS_PER_SYNC runs each) into the target's internal topic
 `onceflow-offset-syncs.{alias}.internal`, in the same transaction as the records it describes,
 so a sync is visible (read_committed) exactly when its records are. It names the target
 partition, the source offsets the transaction covers ([start, end): end is the mirror's new
 position) and the runs of records it copied: (first source offset, first target offset,
-count), each run contiguous in both logs. The offsets differ between the clusters because the
-source's aborted records and markers are not copied and the target has markers of its own.
+count), each run contiguous in both logs. The target offsets come from the delivery reports of
+a transaction's first and last records: as one idempotent producer writes them in order, they
+fill the range between, unless another producer wrote to the partition meanwhile; then the
+sync has no runs, and offsets inside it are not translated.
 
 MirrorMaker 2 writes `mm2-offset-syncs.{alias}.internal` with one (upstream, downstream) pair
 per record now and then, and translates between syncs approximately; these records hold whole
@@ -18,9 +22,14 @@ from __future__ import annotations
 
 import bisect
 import json
+from array import array
 from dataclasses import dataclass, field
 
 Run = tuple[int, int, int]  # (first source offset, first target offset, count)
+
+# Runs per sync record: ~25 bytes each in JSON, so a record stays far below the 1 MB of Kafka's
+# default max.message.bytes even when every source record was its own transaction.
+MAX_RUNS_PER_SYNC = 8192
 
 
 class OffsetSyncError(ValueError):
@@ -45,10 +54,25 @@ def runs_of(source: list[int], target: list[int]) -> list[Run]:
     return runs
 
 
+def offset_syncs(
+    topic: str, partition: int, start: int, runs: list[Run], per_record: int = MAX_RUNS_PER_SYNC
+) -> list[OffsetSync]:
+    """The syncs of one transaction that copied `runs` from source offset `start` on: one
+    record per `per_record` runs, each covering from where the previous one ended."""
+    syncs = []
+    for first in range(0, len(runs), per_record):
+        chunk = tuple(runs[first : first + per_record])
+        end = chunk[-1][0] + chunk[-1][2]
+        syncs.append(OffsetSync(topic, partition, start, end, chunk))
+        start = end
+    return syncs
+
+
 @dataclass(frozen=True)
 class OffsetSync:
     """One mirror transaction on target partition (topic, partition): source offsets
-    [start, end) are in the target, their records copied as `runs`."""
+    [start, end) are in the target, their records copied as `runs` (none: copied, but their
+    target offsets are not known, as when another producer wrote in between)."""
 
     topic: str
     partition: int
@@ -79,10 +103,9 @@ class OffsetSync:
             sync = cls(str(doc["topic"]), int(doc["partition"]), int(start), int(end), runs)
         except (ValueError, KeyError, TypeError) as exc:
             raise OffsetSyncError(f"not an offset sync: {value[:80]!r}") from exc
-        if (
-            not sync.runs
-            or sync.start > sync.runs[0][0]
-            or sync.runs[-1][0] + sync.runs[-1][2] > sync.end
+        if sync.start > sync.end or (
+            sync.runs
+            and (sync.start > sync.runs[0][0] or sync.runs[-1][0] + sync.runs[-1][2] > sync.end)
         ):
             raise OffsetSyncError(f"offset sync with runs outside its range: {sync}")
         return sync
@@ -90,30 +113,35 @@ class OffsetSync:
 
 @dataclass
 class _PartitionIndex:
-    """The syncs of one target partition: covered source intervals and the runs, in order."""
+    """The syncs of one target partition: covered source intervals and the runs, in order
+    (the runs as three int64 arrays: one run per source transaction can be many)."""
 
     intervals: list[tuple[int, int]] = field(default_factory=list)  # [start, end), merged
-    sources: list[int] = field(default_factory=list)  # runs' first source offsets
-    runs: list[Run] = field(default_factory=list)
+    sources: array = field(default_factory=lambda: array("q"))  # runs' first source offsets
+    targets: array = field(default_factory=lambda: array("q"))  # runs' first target offsets
+    counts: array = field(default_factory=lambda: array("q"))
 
     def add(self, sync: OffsetSync) -> None:
         if self.intervals and sync.start < self.intervals[-1][1]:
             # a later transaction re-covering offsets (the mirror's position was reset and
             # records copied again): the newest copy is what a consumer would read
             self._truncate(sync.start)
+        if not sync.runs:
+            return  # copied, but where in the target is not known: a hole, not translated
         if self.intervals and self.intervals[-1][1] == sync.start:
             self.intervals[-1] = (self.intervals[-1][0], sync.end)
         else:
             self.intervals.append((sync.start, sync.end))
-        self.sources.extend(r[0] for r in sync.runs)
-        self.runs.extend(sync.runs)
+        for s, t, n in sync.runs:
+            self.sources.append(s)
+            self.targets.append(t)
+            self.counts.append(n)
 
     def _truncate(self, at: int) -> None:
         kept = bisect.bisect_left(self.sources, at)
-        del self.sources[kept:], self.runs[kept:]
-        if self.runs and self.runs[-1][0] + self.runs[-1][2] > at:
-            s, t, _ = self.runs[-1]
-            self.runs[-1] = (s, t, at - s)
+        del self.sources[kept:], self.targets[kept:], self.counts[kept:]
+        if self.counts and self.sources[-1] + self.counts[-1] > at:
+            self.counts[-1] = at - self.sources[-1]
         self.intervals = [(a, min(b, at)) for a, b in self.intervals if a < at]
 
     def translate(self, offset: int) -> int | None:
@@ -125,18 +153,15 @@ class _PartitionIndex:
             return None
         end = self.intervals[i][1]
         j = bisect.bisect_right(self.sources, offset) - 1
-        if j >= 0:
-            s, t, n = self.runs[j]
-            if offset < s + n:
-                return t + offset - s
-        if j + 1 < len(self.runs) and self.sources[j + 1] < end:
-            return self.runs[j + 1][1]
+        if j >= 0 and offset < self.sources[j] + self.counts[j]:
+            return self.targets[j] + offset - self.sources[j]
+        if j + 1 < len(self.sources) and self.sources[j + 1] < end:
+            return self.targets[j + 1]
         # nothing copied at or after `offset` yet: right after the last record copied before
         # it (there is one: every sync, so every interval, holds a record)
         if j < 0:
             return None
-        s, t, n = self.runs[j]
-        return t + n
+        return self.targets[j] + self.counts[j]
 
 
 class OffsetIndex:
@@ -156,4 +181,5 @@ class OffsetIndex:
         return None if index is None else index.translate(offset)
 
     def __len__(self) -> int:
-        return sum(len(p.runs) for p in self._partitions.values())
+        """Runs held (memory: 24 bytes each)."""
+        return sum(len(p.sources) for p in self._partitions.values())
