@@ -70,14 +70,14 @@ _MS = {"ms": 1, "s": 1000, None: 1000, "m": 60_000, "min": 60_000}
 
 
 class MirrorArgumentError(ValueError):
-    """A --trigger-interval the mirror cannot use."""
+    """A --trigger-interval or --sync-group-offsets-interval the mirror cannot use."""
 
 
-def trigger_ms(text: str) -> int:
+def trigger_ms(text: str, flag: str = "--trigger-interval") -> int:
     """'1s', '500ms', '2m' (or plain seconds) as milliseconds."""
     match = _INTERVAL.fullmatch(text)
     if not match:
-        raise MirrorArgumentError(f"--trigger-interval {text!r}: want e.g. 500ms, 1s, 2m")
+        raise MirrorArgumentError(f"{flag} {text!r}: want e.g. 500ms, 1s, 2m")
     return int(float(match.group(1)) * _MS[match.group(2)])
 
 
@@ -148,7 +148,7 @@ def group_sync(
     target_properties: dict[str, str] | None = None,
     **_ignored: object,
 ) -> GroupSync:
-    """The driver's group translation for a mirror of these options (mirror_options' own)."""
+    """The driver's group translation for the mirror of these options (mirror_options')."""
     return GroupSync(
         source_client={**(source_properties or {}), "bootstrap.servers": source},
         target_client={**(target_properties or {}), "bootstrap.servers": target},
@@ -231,7 +231,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         options = mirror_options(**mirror)
         if args.trigger_interval:
             trigger_ms(args.trigger_interval)
-        sync_every_s = trigger_ms(args.sync_group_offsets_interval) / 1000.0
+        sync_every = args.sync_group_offsets_interval
+        sync_every_s = trigger_ms(sync_every, "--sync-group-offsets-interval") / 1000.0
         if args.groups is not None:
             groups_pattern(args.groups)
             if args.at_least_once:
@@ -263,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         else None,
     )
     due = {"progress": time.monotonic() + args.progress_interval, "groups": time.monotonic()}
-    wake = min(args.progress_interval, sync_every_s) if groups else args.progress_interval
+    wake = args.progress_interval if groups is None else min(args.progress_interval, sync_every_s)
     said = ""  # the last group line: printed again only when it changes
     try:
         while not query.awaitTermination(wake):
