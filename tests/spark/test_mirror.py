@@ -8,24 +8,16 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.mirror_transaction import runs
-from onceflow.mirror.positions import mirror_group
 from onceflow.mirror.progress import MirrorProgress, lag_per_topic, rows_since
 from onceflow.mirror.replication_policy import (
     ReplicationPolicy,
@@ -35,194 +27,19 @@ from onceflow.mirror.replication_policy import (
 from onceflow.pipelines import mirror
 from tests.waiting import wait_for
 
-from .conftest import ROOT
-from .kafka_io import add_partitions, create_topic, end_offsets, wait_stable
-
-BASE_TIME_MS = 1_600_000_000_000
-
-
-@dataclass(frozen=True)
-class Record:
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    timestamp: int
-
-
-class Source:
-    """Writes a source topic in transactions (every third aborted) and keeps what committed."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int = 2) -> None:
-        self.bootstrap = bootstrap
-        self.topic = topic
-        self.partitions = partitions
-        self.committed: list[Record] = []
-        self.written = 0
-        self.transactions = 0
-
-    def write(self, records: int, per_transaction: int = 40) -> None:
-        producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "transactional.id": f"writer-{self.topic}",
-                "logger": QUIET,
-            }
-        )
-        producer.init_transactions(30)
-        delivered: list[Record] = []
-        sent_headers: dict[bytes, tuple[tuple[str, bytes | None], ...]] = {}
-
-        def on_delivery(err: KafkaError | None, msg: object) -> None:
-            assert err is None, err
-            delivered.append(
-                Record(
-                    msg.partition(),  # type: ignore[attr-defined]
-                    msg.offset(),  # type: ignore[attr-defined]
-                    msg.key(),  # type: ignore[attr-defined]
-                    msg.value(),  # type: ignore[attr-defined]
-                    # delivery reports carry no headers: those sent with this value
-                    sent_headers[msg.value()],  # type: ignore[attr-defined]
-                    msg.timestamp()[1],  # type: ignore[attr-defined]
-                )
-            )
-
-        for first in range(0, records, per_transaction):
-            delivered.clear()
-            producer.begin_transaction()
-            for _ in range(min(per_transaction, records - first)):
-                i = self.written
-                self.written += 1
-                value = f"v{i}".encode() * 3
-                headers = (("n", str(i).encode()), ("empty", None)) if i % 2 else ()
-                sent_headers[value] = headers
-                producer.produce(
-                    self.topic,
-                    value=value,
-                    key=None if i % 7 == 0 else f"k{i}".encode(),
-                    partition=i % self.partitions,
-                    headers=list(headers) or None,
-                    timestamp=BASE_TIME_MS + i,
-                    on_delivery=on_delivery,
-                )
-            producer.flush(30)
-            self.transactions += 1
-            if self.transactions % 3 == 0:
-                producer.abort_transaction(30)
-            else:
-                producer.commit_transaction(30)
-                self.committed += delivered
-
-    def expected(self) -> dict[int, list[Record]]:
-        by_partition: dict[int, list[Record]] = {}
-        for r in sorted(self.committed, key=lambda r: (r.partition, r.offset)):
-            by_partition.setdefault(r.partition, []).append(r)
-        return by_partition
-
-
-def read_records(bootstrap: str, topic: str) -> dict[int, list[Record]]:
-    """Everything a read_committed consumer sees in `topic`, per partition, in order."""
-    wait_stable(bootstrap, topic)
-    ends = {p: e for p, e in end_offsets(bootstrap, topic, "read_committed").items() if e > 0}
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "mirror-test-reader",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "logger": QUIET,
-        }
-    )
-    out: dict[int, list[Record]] = {p: [] for p in ends}
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-
-        def done() -> bool:
-            for msg in consumer.consume(1000, 0.2):
-                assert msg.error() is None, msg.error()
-                if msg.offset() < ends[msg.partition()]:
-                    kind, stamp = msg.timestamp()
-                    assert kind == 1, "CreateTime kept"
-                    out[msg.partition()].append(
-                        Record(
-                            msg.partition(),
-                            msg.offset(),
-                            msg.key(),
-                            msg.value(),
-                            tuple(msg.headers() or ()),
-                            stamp,
-                        )
-                    )
-            positions = consumer.position([TopicPartition(topic, p) for p in ends])
-            return all(tp.offset >= ends[tp.partition] for tp in positions)
-
-        wait_for(done, 60, f"reading {topic} to {ends}")
-    finally:
-        consumer.close()
-    return out
-
-
-def check_mirrored(source: Source, target_bootstrap: str, target_topic: str) -> None:
-    """Each partition of the target holds exactly the committed source records, in order,
-    with key, value, headers and timestamp: nothing missing, nothing twice, nothing aborted."""
-    got = read_records(target_bootstrap, target_topic)
-    want = source.expected()
-
-    def fields(records: list[Record]) -> list[tuple[object, ...]]:
-        return [(r.key, r.value, r.headers, r.timestamp) for r in records]
-
-    for partition in sorted(set(got) | set(want)):
-        mine, theirs = fields(got.get(partition, [])), fields(want.get(partition, []))
-        assert len(mine) == len(theirs), (
-            f"partition {partition}: {len(mine)} records mirrored, {len(theirs)} committed"
-        )
-        assert mine == theirs, f"partition {partition}: records differ"
-
-
-def positions(bootstrap: str, alias: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": mirror_group(alias),
-            "isolation.level": "read_committed",
-            "logger": QUIET,
-        }
-    )
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 30)
-        return {tp.partition: tp.offset for tp in tps}
-    finally:
-        consumer.close()
-
-
-def caught_up(source: Source, target: str, target_topic: str, alias: str = "source") -> bool:
-    """The target's positions are past every committed source record."""
-    last = {p: records[-1].offset + 1 for p, records in source.expected().items()}
-    held = positions(target, alias, target_topic, source.partitions)
-    return all(held.get(p, -1) >= offset for p, offset in last.items())
-
-
-@pytest.fixture
-def clusters(
-    make_broker: Callable[..., EmbeddedBroker], tmp_path: Path
-) -> Iterator[tuple[EmbeddedBroker, EmbeddedBroker]]:
-    yield make_broker(tmp_path / "source"), make_broker(tmp_path / "target")
-
-
-def _start(
-    spark: SparkSession, src: str, dst: str, checkpoint: Path, **kw: object
-) -> StreamingQuery:
-    return mirror.start(
-        spark,
-        checkpoint=str(checkpoint),
-        source=src,
-        target=dst,
-        topics=kw.pop("topics", "orders.*"),
-        max_offsets_per_trigger=kw.pop("max_offsets_per_trigger", 120),
-        target_properties={"transaction.timeout.ms": "20000"},
-        **kw,
-    )
+from .kafka_io import add_partitions, create_topic
+from .mirror_runs import (
+    Source,
+    after,
+    caught_up,
+    check_mirrored,
+    consume_and_commit,
+    mirror_driver,
+    positions,
+    resume,
+    start_mirror,
+    two_clusters,  # noqa: F401 (the fixture `clusters`)
+)
 
 
 def test_mirror_through_both_brokers_killed_then_without_checkpoint(
@@ -239,7 +56,7 @@ def test_mirror_through_both_brokers_killed_then_without_checkpoint(
     orders.write(400)
     checkpoint = tmp_path / "checkpoint"
 
-    query = _start(spark, src, dst, checkpoint)
+    query = start_mirror(spark, src, dst, checkpoint)
     try:
         wait_for(
             lambda: positions(dst, "source", "source.orders", 2).get(0, -1) > 0,
@@ -273,7 +90,7 @@ def test_mirror_through_both_brokers_killed_then_without_checkpoint(
     create_topic(src, "orders-eu", 1)
     eu = Source(src, "orders-eu", 1)
     eu.write(90)
-    query = _start(spark, src, dst, checkpoint)
+    query = start_mirror(spark, src, dst, checkpoint)
     try:
         wait_for(
             lambda: (
@@ -299,7 +116,7 @@ def test_at_least_once_mirror_fails_the_same_check(
     orders.write(120)
     checkpoint = tmp_path / "checkpoint"
     for _ in range(2):
-        query = _start(spark, src, dst, checkpoint, policy="identity", exactly_once=False)
+        query = start_mirror(spark, src, dst, checkpoint, policy="identity", exactly_once=False)
         try:
             query.processAllAvailable()
         finally:
@@ -307,40 +124,6 @@ def test_at_least_once_mirror_fails_the_same_check(
         shutil.rmtree(checkpoint)
     with pytest.raises(AssertionError, match="records mirrored"):
         check_mirrored(orders, dst, "orders")
-
-
-def _driver(src: str, dst: str, checkpoint: Path, log: Path, *extra: str) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "onceflow.pipelines.mirror",
-            "--source-bootstrap-server",
-            src,
-            "--target-bootstrap-server",
-            dst,
-            "--topics",
-            "orders",
-            "--checkpoint",
-            str(checkpoint),
-            "--max-offsets-per-trigger",
-            "150",
-            "--progress-interval",
-            "2",
-            "--target-property",
-            "transaction.timeout.ms=20000",
-            *extra,
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # the kill takes its JVM and Python workers too
-    )
 
 
 @pytest.mark.slow
@@ -352,8 +135,11 @@ def test_driver_sigkilled_mid_stream_then_restarted(
     orders = Source(src, "orders")
     orders.write(1500, per_transaction=50)
     checkpoint, log = tmp_path / "checkpoint", tmp_path / "driver.log"
+    # an application's group on the source, to fail over to the target at the end
+    app = consume_and_commit(src, "app", "orders", {0: 200, 1: 333})
+    groups = ("--groups", "app", "--sync-group-offsets-interval", "1s")
 
-    driver = _driver(src, dst, checkpoint, log)
+    driver = mirror_driver(src, dst, checkpoint, log, *groups)
     try:
         wait_for(
             lambda: (
@@ -368,7 +154,7 @@ def test_driver_sigkilled_mid_stream_then_restarted(
         driver.wait(30)
     assert not caught_up(orders, dst, "source.orders"), "killed too late to test anything"
     orders.write(100)
-    again = _driver(src, dst, checkpoint, log, "--until-caught-up")
+    again = mirror_driver(src, dst, checkpoint, log, "--until-caught-up", *groups)
     try:
         assert again.wait(240) == 0, log.read_text()[-3000:]
     finally:
@@ -376,6 +162,10 @@ def test_driver_sigkilled_mid_stream_then_restarted(
             os.killpg(again.pid, signal.SIGKILL)
     check_mirrored(orders, dst, "source.orders")
     assert "records/s, lag: orders=" in log.read_text()
+    # translated by the killed driver or the final pass of the new one (its index rebuilt from
+    # the offset syncs): either way the group resumes on the target exactly where it stood
+    assert "mirror: groups: app: source.orders/" in log.read_text()
+    assert resume(dst, "app", "source.orders", 2) == after(orders, app)
 
 
 def test_bad_regex_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ Kafka names, `kafka.*`), the target client's as `target.kafka.*`, and `mirror.al
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -28,12 +28,14 @@ from onceflow.mirror.mirror_transaction import (
     mirror_at_least_once,
     mirror_exactly_once,
 )
+from onceflow.mirror.offset_syncs import offset_syncs_topic
 from onceflow.mirror.positions import MirrorPositions
 from onceflow.mirror.replication_policy import ReplicationPolicy
 from onceflow.mirror.topic_sync import TopicSync
 from onceflow.spark.offset_ranges import (
     OffsetRange,
     PartitionOffsets,
+    TopicPartitionKey,
     from_spark_json,
     plan_ranges,
     to_spark_json,
@@ -85,16 +87,22 @@ class MirrorStreamReader(OnceflowStreamReader):
         self.positions = MirrorPositions(target.client, target.policy, target.timeout_s)
         self._rewound = False
 
+    def ensure_topics(self, tps: Iterable[TopicPartitionKey]) -> None:
+        """The target topics of `tps`, and the offset syncs' topic the transactions write."""
+        if self.target.exactly_once:
+            self.sync.ensure_internal(offset_syncs_topic(self.target.policy.alias), {})
+        self.sync.ensure(tps)
+
     def initialOffset(self) -> dict:
         tps = self.lookup.partitions()
-        self.sync.ensure(tps)
+        self.ensure_topics(tps)
         held = self.positions.committed(tps) if self.target.exactly_once else {}
         log.info("mirror: starting from the target's positions %s", held)
         return to_spark_json({**self.lookup.earliest(tps), **held})
 
     def latestOffset(self, start: dict, limit: object) -> dict:
         end = super().latestOffset(start, limit)  # type: ignore[arg-type]
-        self.sync.ensure(from_spark_json(end))
+        self.ensure_topics(from_spark_json(end))
         return end
 
     def plan(self, begin: PartitionOffsets, stop: PartitionOffsets) -> list[OffsetRange]:

@@ -11,7 +11,7 @@ already in the target and are skipped, the rest are written with the new positio
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, Producer, TopicPartition
 
+from onceflow.mirror.offset_syncs import OffsetSync, offset_syncs, offset_syncs_topic, runs_of
 from onceflow.mirror.positions import mirror_group, mirror_transactional_id
 from onceflow.mirror.replication_policy import ReplicationPolicy
 from onceflow.spark.at_least_once import DeliveryError
@@ -62,38 +63,102 @@ class MirrorTransaction(OffsetsTransaction):
         self.rows = 0
         self.skipped = 0
         self.next_offset = -1
+        self.position = -1
+        self._sources: list[int] = []  # source offsets of the rows produced, in order
+        self._ends: list[int] = []  # target offsets of the first and last row of each run
+        self._marked = 0  # delivery reports asked for
+        self._failed: list[KafkaError] = []
 
     def open(self) -> int:
         """Fence earlier attempts, then read the position (stable from now on); -1 for none."""
-        self.fence(producer_config(self.target.client), self.topic)
+        # reports for the rows that ask (on_delivery): the first and last of each produce()
+        config = producer_config(self.target.client, **{"delivery.report.only.error": False})
+        self.fence(config, self.topic)
         group = {"group.id": mirror_group(self.target.policy.alias)}
-        return self.read_offset(
+        self.position = self.read_offset(
             consumer_config(self.target.client, **group),
             TopicPartition(self.topic, self.partition),
         )
+        return self.position
+
+    def _delivered(self, error: KafkaError | None, message: Any) -> None:
+        if error is not None:
+            self._failed.append(error)
+        else:
+            self._ends.append(message.offset())
 
     def produce(self, batch: pa.RecordBatch, start: int, stop: int) -> None:
         """Rows [start, stop) of `batch` (all of this partition, not yet in the target)."""
-        produce_rows(self.begin(), batch.slice(start, stop - start), self.topic, self.partition)
+        produce_rows(
+            self.begin(),
+            batch.slice(start, stop - start),
+            self.topic,
+            self.partition,
+            ends_delivered=self._delivered,
+        )
+        self._marked += 1 if stop - start == 1 else 2
         self.rows += stop - start
-        self.next_offset = batch.column("offset")[stop - 1].as_py() + 1
+        self._sources += batch.column("offset").slice(start, stop - start).to_pylist()
+        self.next_offset = self._sources[-1] + 1
 
     def commit(self) -> None:
-        """Commit the rows with the new position: the offset after the last row written."""
+        """Commit the rows with their offset sync and the new position (the offset after the
+        last row written)."""
         if self.rows:
+            producer, topic = self.begin(), offset_syncs_topic(self.target.policy.alias)
+            for sync in self.offset_syncs():
+                producer.produce(topic, sync.value(), sync.key(), partition=0)
             self.commit_with(TopicPartition(self.topic, self.partition, self.next_offset))
 
+    def offset_syncs(self) -> list[OffsetSync]:
+        """The target offsets of the rows, from the delivery reports of the first and last row
+        of each produce(): the rows fill [first, last] when nobody else wrote to the partition
+        meanwhile (one idempotent producer keeps its order). Else a sync without runs: the
+        range is covered but group offsets inside it are not translated (never guessed)."""
+        undelivered = self.begin().flush(self.target.timeout_s)
+        if undelivered or self._failed or len(self._ends) != self._marked:
+            raise DeliveryError(
+                f"{self.transactional_id}: {len(self._ends)} of {self._marked} delivery "
+                f"reports, {undelivered} records pending"
+                + (f" (first error: {self._failed[0]})" if self._failed else "")
+            )
+        start = self.position if self.position >= 0 else self._sources[0]
+        first, last = min(self._ends), max(self._ends)
+        if last - first + 1 != len(self._sources):
+            log.warning(
+                "%s/%d: another producer wrote between the mirror's records; group offsets "
+                "within source offsets [%d, %d) will not be translated",
+                self.topic,
+                self.partition,
+                start,
+                self.next_offset,
+            )
+            return [OffsetSync(self.topic, self.partition, start, self.next_offset, ())]
+        targets = range(first, last + 1)
+        return offset_syncs(self.topic, self.partition, start, runs_of(self._sources, targets))
 
-def produce_rows(producer: Any, batch: pa.RecordBatch, topic: str, partition: int) -> None:
-    """Each row as the source had it: same partition, key, value, headers and timestamp."""
+
+def produce_rows(
+    producer: Any,
+    batch: pa.RecordBatch,
+    topic: str,
+    partition: int,
+    ends_delivered: Callable[[KafkaError | None, Any], None] | None = None,
+) -> None:
+    """Each row as the source had it: same partition, key, value, headers and timestamp;
+    `ends_delivered` gets the delivery reports of the first and the last row."""
     keys = batch.column("key").to_pylist()
     values = batch.column("value").to_pylist()
     # Spark's timestamps are microseconds; Kafka's CreateTime is milliseconds (exact: x1000)
     stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
     names = batch.schema.names
     headers = batch.column("headers").to_pylist() if "headers" in names else [None] * len(keys)
-    for key, value, stamp, row_headers in zip(keys, values, stamps, headers, strict=True):
+    ends = {0, len(keys) - 1} if ends_delivered is not None else set()
+    rows = zip(keys, values, stamps, headers, strict=True)
+    for i, (key, value, stamp, row_headers) in enumerate(rows):
         kwargs: dict[str, Any] = {"partition": partition}
+        if i in ends:
+            kwargs["on_delivery"] = ends_delivered
         if stamp is not None and stamp >= 0:
             kwargs["timestamp"] = stamp
         if row_headers:

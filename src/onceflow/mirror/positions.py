@@ -34,6 +34,17 @@ def mirror_transactional_id(alias: str, target_topic: str, partition: int) -> st
     return f"onceflow-mirror-{alias}.{target_topic}.{partition}"
 
 
+def read_committed_consumer(client: dict[str, str], group: str, **overrides: object) -> Consumer:
+    """A driver-side consumer of the target that never commits (offsets, the offset syncs)."""
+    return Consumer(
+        consumer_config(
+            client,
+            **{"group.id": group, "isolation.level": "read_committed", "logger": QUIET},
+            **overrides,
+        )
+    )
+
+
 class MirrorPositions:
     """Driver-side reads of the positions the target holds; the consumer is made on first use
     (and dropped when pickled), as the source's admin client."""
@@ -50,17 +61,8 @@ class MirrorPositions:
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(
-                consumer_config(
-                    self.client,
-                    **{
-                        "group.id": mirror_group(self.policy.alias),
-                        # OffsetFetch with require_stable: waits out a commit in progress
-                        "isolation.level": "read_committed",
-                        "logger": QUIET,
-                    },
-                )
-            )
+            # read_committed: OffsetFetch with require_stable waits out a commit in progress
+            self._consumer = read_committed_consumer(self.client, mirror_group(self.policy.alias))
         return self._consumer
 
     def committed(self, source: Iterable[TopicPartitionKey]) -> PartitionOffsets:

@@ -65,6 +65,7 @@ class TopicSync:
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
         self._known: dict[str, int] = {}
+        self._internal: set[str] = set()
         self._target: AdminClient | None = None
 
     def __getstate__(self) -> dict[str, object]:
@@ -112,6 +113,15 @@ class TopicSync:
             self._create(create)
         if grow:
             self._grow(grow)
+
+    def ensure_internal(self, name: str, config: dict[str, str]) -> None:
+        """Make one of the mirror's internal topics exist on the target (once per driver)."""
+        if name not in self._internal:
+            self._retrying(
+                f"creating {name}",
+                lambda: ensure_internal_topic(self.target, name, config, self.timeout_s),
+            )
+            self._internal.add(name)
 
     def _target_counts(self) -> dict[str, int]:
         metadata = self.target.list_topics(timeout=self.timeout_s)
@@ -175,3 +185,19 @@ class TopicSync:
 
         self._retrying("adding partitions on the target", grow)
         self._known.update(topics)
+
+
+def ensure_internal_topic(
+    admin: AdminClient, name: str, config: dict[str, str], timeout_s: float
+) -> None:
+    """Create one of the mirror's internal topics on the target (1 partition, as MirrorMaker
+    2's), unless it exists."""
+    if name in admin.list_topics(timeout=timeout_s).topics:
+        return
+    future = admin.create_topics([NewTopic(name, 1, config=config)], request_timeout=timeout_s)
+    try:
+        future[name].result(timeout=timeout_s)
+    except KafkaException as exc:
+        if exc.args[0].code() not in _ALREADY:  # else made meanwhile by another driver
+            raise
+    log.info("created %s on the target", name)

@@ -27,6 +27,10 @@ mirror's position is a source offset, meaningful in any run. Both are the same m
 transactional group offset committed with the data, read after fencing), and the mirror reuses
 its pieces (the fencing producer, the read_committed offset read); they never share a group.
 
+With --groups, the driver also translates consumer groups' offsets (onceflow.mirror.group_sync,
+through the offset syncs each transaction writes: onceflow.mirror.offset_syncs), so that an
+application can fail over from the source to the target and resume where it stood.
+
 Run it with `onceflow run mirror ...`, `python -m onceflow.pipelines.mirror ...`, or
 `spark-submit .../onceflow/pipelines/mirror.py ...` on a cluster.
 """
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
@@ -46,6 +51,8 @@ from pyspark.sql.streaming import StreamingQuery
 from onceflow.cli.options import UsageError, parse_pairs
 from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.data_source import TARGET_PREFIX, MirrorDataSource, mirror_target
+from onceflow.mirror.group_sync import GroupsPatternError, GroupSync, GroupSyncError, groups_pattern
+from onceflow.mirror.offset_sync_store import OffsetSyncReadError
 from onceflow.mirror.positions import MirrorPositions
 from onceflow.mirror.progress import MirrorProgress
 from onceflow.mirror.replication_policy import (
@@ -63,14 +70,14 @@ _MS = {"ms": 1, "s": 1000, None: 1000, "m": 60_000, "min": 60_000}
 
 
 class MirrorArgumentError(ValueError):
-    """A --trigger-interval the mirror cannot use."""
+    """A --trigger-interval or --sync-group-offsets-interval the mirror cannot use."""
 
 
-def trigger_ms(text: str) -> int:
+def trigger_ms(text: str, flag: str = "--trigger-interval") -> int:
     """'1s', '500ms', '2m' (or plain seconds) as milliseconds."""
     match = _INTERVAL.fullmatch(text)
     if not match:
-        raise MirrorArgumentError(f"--trigger-interval {text!r}: want e.g. 500ms, 1s, 2m")
+        raise MirrorArgumentError(f"{flag} {text!r}: want e.g. 500ms, 1s, 2m")
     return int(float(match.group(1)) * _MS[match.group(2)])
 
 
@@ -129,6 +136,36 @@ def start(
     return writer.start()
 
 
+def group_sync(
+    *,
+    source: str,
+    target: str,
+    topics: str,
+    groups: str,
+    policy: str = "default",
+    alias: str = "source",
+    source_properties: dict[str, str] | None = None,
+    target_properties: dict[str, str] | None = None,
+    **_ignored: object,
+) -> GroupSync:
+    """The driver's group translation for the mirror of these options (mirror_options')."""
+    return GroupSync(
+        source_client={**(source_properties or {}), "bootstrap.servers": source},
+        target_client={**(target_properties or {}), "bootstrap.servers": target},
+        policy=ReplicationPolicy(policy, alias),
+        topics=subscription_pattern(topics),
+        groups=groups,
+    )
+
+
+def sync_groups(sync: GroupSync) -> str:
+    """One translation pass, as a progress line (a cluster away: said, tried again later)."""
+    try:
+        return sync.sync().line()
+    except (GroupSyncError, OffsetSyncReadError, KafkaException) as exc:
+        return f"mirror: groups: not synced this time ({exc})"
+
+
 def check_reachable(name: str, bootstrap: str, client: dict[str, str], timeout: float) -> None:
     """One metadata request, so that a wrong address fails in one line, before Spark starts."""
     admin = AdminClient({**client, "bootstrap.servers": bootstrap, "logger": QUIET})
@@ -157,6 +194,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--progress-interval", type=float, default=10.0, help="Seconds [10].")
     p.add_argument(
+        "--groups",
+        default=None,
+        metavar="REGEX",
+        help="Source consumer groups (matched whole) whose offsets are translated to the target.",
+    )
+    p.add_argument(
+        "--sync-group-offsets-interval",
+        default="5s",
+        help="How often --groups are translated, e.g. 5s, 1m [5s].",
+    )
+    p.add_argument(
         "--until-caught-up", action="store_true", help="Stop once every record is mirrored."
     )
     p.add_argument("--master", default=None, help="Spark master [local[2,4]].")
@@ -183,7 +231,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         options = mirror_options(**mirror)
         if args.trigger_interval:
             trigger_ms(args.trigger_interval)
-    except (MirrorArgumentError, ReplicationPolicyError, UsageError) as exc:
+        sync_every = args.sync_group_offsets_interval
+        sync_every_s = trigger_ms(sync_every, "--sync-group-offsets-interval") / 1000.0
+        if args.groups is not None:
+            groups_pattern(args.groups)
+            if args.at_least_once:
+                raise UsageError("--groups needs the exactly-once mirror (its offset syncs)")
+    except (MirrorArgumentError, ReplicationPolicyError, UsageError, GroupsPatternError) as exc:
         p.error(str(exc))
     try:
         check_reachable("source", args.source_bootstrap_server, source_props, 10.0)
@@ -195,8 +249,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     query = start(
         spark, checkpoint=args.checkpoint, trigger_interval=args.trigger_interval, **mirror
     )
+    groups = group_sync(groups=args.groups, **mirror) if args.groups is not None else None
     if args.until_caught_up:
         run_until(query, True)
+        if groups is not None:  # everything is mirrored now: every group translates
+            print(sync_groups(groups), flush=True)
+            groups.close()
         return
     target = mirror_target(options)
     progress = MirrorProgress(
@@ -205,8 +263,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         if target.exactly_once
         else None,
     )
-    while not query.awaitTermination(args.progress_interval):
-        print(progress.line(query.recentProgress), flush=True)
+    due = {"progress": time.monotonic() + args.progress_interval, "groups": time.monotonic()}
+    wake = args.progress_interval if groups is None else min(args.progress_interval, sync_every_s)
+    said = ""  # the last group line: printed again only when it changes
+    try:
+        while not query.awaitTermination(wake):
+            now = time.monotonic()
+            if now >= due["progress"]:
+                print(progress.line(query.recentProgress), flush=True)
+                due["progress"] = now + args.progress_interval
+            if groups is not None and now >= due["groups"]:
+                line = sync_groups(groups)
+                if line != said:
+                    print(line, flush=True)
+                    said = line
+                due["groups"] = now + sync_every_s
+    finally:
+        if groups is not None:
+            groups.close()
 
 
 if __name__ == "__main__":

@@ -97,11 +97,12 @@ def fencing_producer(
     `transactional_id` is fenced and what it left open is completed or aborted."""
     producer = Producer(
         {
+            # delivery failures surface in commit_transaction(); skip per-record reports
+            # unless `config` wants them (the mirror reads its records' target offsets)
+            "delivery.report.only.error": True,
             **config,
             "transactional.id": transactional_id,
             "transaction.timeout.ms": int(timeout * 1000),
-            # delivery failures surface in commit_transaction(); skip per-record reports
-            "delivery.report.only.error": True,
         }
     )
     # Metadata twice: the second answer comes from a broker the cluster advertises (not the
