@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tests.admin_requests import describe_transactions, list_offsets
 from tests.confluent import TP, partitions_of
 from tests.eos.checker import PartitionRead, read_back, wait_settled
 
@@ -57,3 +58,13 @@ def check_committed(bootstrap: str, tp: TP, expected: list[bytes]) -> None:
     wait_settled(bootstrap, [tp])
     committed = read_back(bootstrap, [tp])[tp].committed
     assert committed == expected, (tp, committed)
+
+
+def check_hung_then_aborted(bootstrap: str, tp: TP, txn_id: str) -> None:
+    """A hung transaction holds the LSO of `tp` at its first offset (0) until the broker's
+    transaction timeout aborts it; it then settles as CompleteAbort."""
+    lso = list_offsets(bootstrap, [tp], 1)
+    assert lso == {tp: 0}, lso
+    wait_settled(bootstrap, [tp], timeout=15)
+    state = describe_transactions(bootstrap, [txn_id])[txn_id].transaction_state
+    assert state == "CompleteAbort", (txn_id, state)
