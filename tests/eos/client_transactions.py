@@ -5,7 +5,8 @@ pytest does not rewrite asserts outside test modules and conftest, so each says 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from tests.admin_requests import describe_transactions, list_offsets
 from tests.confluent import TP, partitions_of
@@ -22,6 +23,29 @@ def values(prefix: str, n: int) -> list[bytes]:
 def over_two_partitions(topic: str, prefix: str, n: int) -> list[tuple[str, int, bytes]]:
     """values(prefix, n) as (topic, partition, value) records, alternating partitions 0 and 1."""
     return [(topic, i % 2, v) for i, v in enumerate(values(prefix, n))]
+
+
+def own_consumer_conf(bootstrap: str, isolation_level: str) -> dict[str, Any]:
+    """The consumer settings both clients take by the same names: manual assignment, no
+    commits, short fetch waits."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "isolation_level": isolation_level,
+        "enable_auto_commit": False,
+        "fetch_max_wait_ms": 50,
+    }
+
+
+def assign_from_start(
+    consumer: Any, ends: Mapping[TP, int], tp_type: Callable[..., Any]
+) -> list[Any]:
+    """Assign the partitions of `ends` (as the client's TopicPartition) and seek them to offset
+    0; both clients' consumers have the same assign and seek."""
+    tps = [tp_type(t, p) for t, p in ends]
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)
+    return tps
 
 
 def check_commit_and_abort(

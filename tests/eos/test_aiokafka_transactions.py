@@ -46,17 +46,9 @@ async def read_with_aiokafka(
     bootstrap: str, ends: Mapping[TP, int], isolation_level: str, timeout: float = 20
 ) -> dict[TP, list[bytes]]:
     """aiokafka's own consumer from offset 0 until its position reaches each end."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level=isolation_level,
-        enable_auto_commit=False,
-        fetch_max_wait_ms=50,
-    )
+    consumer = AIOKafkaConsumer(**shared.own_consumer_conf(bootstrap, isolation_level))
     await consumer.start()
-    tps = [TopicPartition(t, p) for t, p in ends]
-    consumer.assign(tps)
-    for tp in tps:
-        consumer.seek(tp, 0)
+    tps = shared.assign_from_start(consumer, ends, TopicPartition)
     out: dict[TP, list[bytes]] = {tp: [] for tp in ends}
     deadline = time.monotonic() + timeout
     try:
