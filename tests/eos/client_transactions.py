@@ -5,8 +5,10 @@ pytest does not rewrite asserts outside test modules and conftest, so each says 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from tests.admin_requests import describe_transactions, list_offsets
 from tests.confluent import TP, partitions_of
 from tests.eos.checker import PartitionRead, read_back, wait_settled
 
@@ -21,6 +23,29 @@ def values(prefix: str, n: int) -> list[bytes]:
 def over_two_partitions(topic: str, prefix: str, n: int) -> list[tuple[str, int, bytes]]:
     """values(prefix, n) as (topic, partition, value) records, alternating partitions 0 and 1."""
     return [(topic, i % 2, v) for i, v in enumerate(values(prefix, n))]
+
+
+def own_consumer_conf(bootstrap: str, isolation_level: str) -> dict[str, Any]:
+    """The consumer settings both clients take by the same names: manual assignment, no
+    commits, short fetch waits."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "isolation_level": isolation_level,
+        "enable_auto_commit": False,
+        "fetch_max_wait_ms": 50,
+    }
+
+
+def assign_from_start(
+    consumer: Any, ends: Mapping[TP, int], tp_type: Callable[..., Any]
+) -> list[Any]:
+    """Assign the partitions of `ends` (as the client's TopicPartition) and seek them to offset
+    0; both clients' consumers have the same assign and seek."""
+    tps = [tp_type(t, p) for t, p in ends]
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)
+    return tps
 
 
 def check_commit_and_abort(
@@ -57,3 +82,13 @@ def check_committed(bootstrap: str, tp: TP, expected: list[bytes]) -> None:
     wait_settled(bootstrap, [tp])
     committed = read_back(bootstrap, [tp])[tp].committed
     assert committed == expected, (tp, committed)
+
+
+def check_hung_then_aborted(bootstrap: str, tp: TP, txn_id: str) -> None:
+    """A hung transaction holds the LSO of `tp` at its first offset (0) until the broker's
+    transaction timeout aborts it; it then settles as CompleteAbort."""
+    lso = list_offsets(bootstrap, [tp], 1)
+    assert lso == {tp: 0}, lso
+    wait_settled(bootstrap, [tp], timeout=15)
+    state = describe_transactions(bootstrap, [txn_id])[txn_id].transaction_state
+    assert state == "CompleteAbort", (txn_id, state)

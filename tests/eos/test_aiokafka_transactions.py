@@ -17,7 +17,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.admin_requests import describe_transactions, list_offsets
+from tests.admin_requests import list_offsets
 from tests.confluent import TP, create_topics, partitions_of
 from tests.eos import client_transactions as shared
 from tests.eos.checker import read_back, wait_settled
@@ -46,17 +46,9 @@ async def read_with_aiokafka(
     bootstrap: str, ends: Mapping[TP, int], isolation_level: str, timeout: float = 20
 ) -> dict[TP, list[bytes]]:
     """aiokafka's own consumer from offset 0 until its position reaches each end."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level=isolation_level,
-        enable_auto_commit=False,
-        fetch_max_wait_ms=50,
-    )
+    consumer = AIOKafkaConsumer(**shared.own_consumer_conf(bootstrap, isolation_level))
     await consumer.start()
-    tps = [TopicPartition(t, p) for t, p in ends]
-    consumer.assign(tps)
-    for tp in tps:
-        consumer.seek(tp, 0)
+    tps = shared.assign_from_start(consumer, ends, TopicPartition)
     out: dict[TP, list[bytes]] = {tp: [] for tp in ends}
     deadline = time.monotonic() + timeout
     try:
@@ -167,11 +159,8 @@ def test_hung_transaction_is_aborted_by_the_broker_timeout(
         await plain.start()
         await plain.send_and_wait(topic_name, b"after", partition=0)
         await plain.stop()
-        assert list_offsets(bootstrap, [tp], 1) == {tp: 0}
-        await asyncio.to_thread(wait_settled, bootstrap, [tp], 15)
+        await asyncio.to_thread(shared.check_hung_then_aborted, bootstrap, tp, txn_id)
         assert await read_with_aiokafka(bootstrap, {tp: 5}, "read_committed") == {tp: [b"after"]}
-        state = describe_transactions(bootstrap, [txn_id])[txn_id]
-        assert state.transaction_state == "CompleteAbort"
         with pytest.raises(FENCED):
             await hung.commit_transaction()
         await hung.stop()

@@ -15,7 +15,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.admin_requests import describe_transactions, list_offsets
+from tests.admin_requests import list_offsets
 from tests.confluent import TP, create_topics, partitions_of
 from tests.eos import client_transactions as shared
 from tests.eos.checker import read_back, wait_settled
@@ -42,16 +42,8 @@ def read_with_kafka_python(
     bootstrap: str, ends: Mapping[TP, int], isolation_level: str, timeout: float = 20
 ) -> dict[TP, list[bytes]]:
     """kafka-python's own consumer from offset 0 until its position reaches each end."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level=isolation_level,
-        enable_auto_commit=False,
-        fetch_max_wait_ms=50,
-    )
-    tps = [TopicPartition(t, p) for t, p in ends]
-    consumer.assign(tps)
-    for tp in tps:
-        consumer.seek(tp, 0)
+    consumer = KafkaConsumer(**shared.own_consumer_conf(bootstrap, isolation_level))
+    tps = shared.assign_from_start(consumer, ends, TopicPartition)
     out: dict[TP, list[bytes]] = {tp: [] for tp in ends}
     deadline = time.monotonic() + timeout
     try:
@@ -154,10 +146,8 @@ def test_hung_transaction_is_aborted_by_the_broker_timeout(
     plain = KafkaProducer(bootstrap_servers=bootstrap)
     plain.send(topic_name, b"after", partition=0).get(timeout=30)
     plain.close()
-    assert list_offsets(bootstrap, [tp], 1) == {tp: 0}
-    wait_settled(bootstrap, [tp], timeout=15)
+    shared.check_hung_then_aborted(bootstrap, tp, txn_id)
     assert read_with_kafka_python(bootstrap, {tp: 5}, "read_committed") == {tp: [b"after"]}
-    assert describe_transactions(bootstrap, [txn_id])[txn_id].transaction_state == "CompleteAbort"
     assert_commit_fenced(hung)
     hung.close(timeout=5)
 

@@ -142,6 +142,20 @@ def test_emfile_while_preparing_a_flush_fails_that_write_retriably_and_the_broke
 # -- finding 4: supervised background loops ------------------------------------------------
 
 
+def failing_loop_broker(
+    make_broker: Callable[..., EmbeddedBroker], loop: str, settings: dict[str, str]
+) -> EmbeddedBroker:
+    """A broker whose background loop `loop` raises in its first round; `settings` make the
+    loop run often enough for the test to see its supervisor restart it."""
+    return make_broker(settings=settings, env={"ONCEFLOW_RAISE_AT": f"loop.{loop}:1"})
+
+
+def assert_loop_failed_and_broker_alive(broker: EmbeddedBroker, loop: str) -> None:
+    """The loop's exception was logged, not swallowed, and the broker still answers."""
+    assert any(f"background task {loop} failed" in line for line in broker.output)
+    alive(broker)
+
+
 def describe_group(client: WireClient, group: str) -> Any:
     [described] = client.call(DescribeGroupsRequest(groups=(group,))).groups
     return described
@@ -150,9 +164,8 @@ def describe_group(client: WireClient, group: str) -> Any:
 def test_session_expiry_survives_an_exception_in_the_group_timer(
     make_broker: Callable[..., EmbeddedBroker],
 ) -> None:
-    broker = make_broker(
-        settings={"group.min.session.timeout.ms": "500"},
-        env={"ONCEFLOW_RAISE_AT": "loop.group-timer:1"},
+    broker = failing_loop_broker(
+        make_broker, "group-timer", {"group.min.session.timeout.ms": "500"}
     )
     client = WireClient(broker.bootstrap)
     joined = client.call(
@@ -176,15 +189,16 @@ def test_session_expiry_survives_an_exception_in_the_group_timer(
     wait_for(lambda: describe_group(client, "g").group_state == "Empty", DEADLINE, "session expiry")
     assert describe_group(client, "g").members == ()
     client.close()
-    alive(broker)
+    assert_loop_failed_and_broker_alive(broker, "group-timer")
 
 
 def test_transaction_timeout_survives_an_exception_in_its_loop(
     make_broker: Callable[..., EmbeddedBroker],
 ) -> None:
-    broker = make_broker(
-        settings={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"},
-        env={"ONCEFLOW_RAISE_AT": "loop.transaction-timeout:1"},
+    broker = failing_loop_broker(
+        make_broker,
+        "transaction-timeout",
+        {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"},
     )
     create_topic(broker.bootstrap, "hanging")
     producer = Producer(
@@ -207,19 +221,17 @@ def test_transaction_timeout_survives_an_exception_in_its_loop(
         return client.call(request).transaction_states[0].transaction_state
 
     wait_for(lambda: state() == "CompleteAbort", DEADLINE, "the timed-out transaction's abort")
-    assert any("background task transaction-timeout failed" in line for line in broker.output)
     client.close()
     produce_all(broker.bootstrap, "hanging", [b"after"])
     assert read_all(broker.bootstrap, "hanging") == [b"after"]
-    alive(broker)
+    assert_loop_failed_and_broker_alive(broker, "transaction-timeout")
 
 
 def test_retention_survives_an_exception_in_its_loop(
     make_broker: Callable[..., EmbeddedBroker],
 ) -> None:
-    broker = make_broker(
-        settings={"log.retention.check.interval.ms": "200"},
-        env={"ONCEFLOW_RAISE_AT": "loop.retention:1"},
+    broker = failing_loop_broker(
+        make_broker, "retention", {"log.retention.check.interval.ms": "200"}
     )
     create_topic(broker.bootstrap, "short", **{"retention.ms": "100", "segment.bytes": "1024"})
     for _ in range(5):  # one batch each, so that segments roll
@@ -234,8 +246,7 @@ def test_retention_survives_an_exception_in_its_loop(
         wait_for(lambda: log_start() > 0, DEADLINE, "retention to delete a segment")
     finally:
         consumer.close()
-    assert any("background task retention failed" in line for line in broker.output)
-    alive(broker)
+    assert_loop_failed_and_broker_alive(broker, "retention")
 
 
 # -- finding 11: producer ids the broker never issued ---------------------------------------
@@ -246,12 +257,18 @@ def test_producer_ids_never_issued_are_refused_and_real_producers_are_not(
 ) -> None:
     broker = make_broker()
     create_topic(broker.bootstrap, "pids")
-    produce_all(broker.bootstrap, "pids", [b"idem-1"], **{"enable.idempotence": True})
-    txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "real"})
-    txn.init_transactions(WAIT)
-    txn.begin_transaction()
-    txn.produce("pids", value=b"txn-1", partition=0)
-    txn.commit_transaction(WAIT)
+
+    def real_producers(round_: int) -> None:
+        # an idempotent and a transactional producer (the same transactional.id each round)
+        value = f"idem-{round_}".encode()
+        produce_all(broker.bootstrap, "pids", [value], **{"enable.idempotence": True})
+        txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "real"})
+        txn.init_transactions(WAIT)
+        txn.begin_transaction()
+        txn.produce("pids", value=f"txn-{round_}".encode(), partition=0)
+        txn.commit_transaction(WAIT)
+
+    real_producers(1)
 
     def fake(pid: int, **kwargs: Any) -> dict[int, ErrorCode]:
         batch = good_batch([b"fake"], producer_id=pid, producer_epoch=0, base_sequence=0, **kwargs)
@@ -267,12 +284,7 @@ def test_producer_ids_never_issued_are_refused_and_real_producers_are_not(
     # the real producers go on.
     broker.restart()
     assert fake(10**9) == {0: ErrorCode.unknown_producer_id}
-    produce_all(broker.bootstrap, "pids", [b"idem-2"], **{"enable.idempotence": True})
-    txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "real"})
-    txn.init_transactions(WAIT)
-    txn.begin_transaction()
-    txn.produce("pids", value=b"txn-2", partition=0)
-    txn.commit_transaction(WAIT)
+    real_producers(2)
     assert read_all(broker.bootstrap, "pids") == [b"idem-1", b"txn-1", b"idem-2", b"txn-2"]
     alive(broker)
 

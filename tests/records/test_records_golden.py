@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -73,14 +74,20 @@ def test_uncompressed_bytes_identical_to_kafka_python(
     assert ours(recs, 0, producer) == kafka_python_batch(recs, 0, producer)
 
 
+def every_codec_both_ways(test: Callable[..., None]) -> Callable[..., None]:
+    """Run `test` for every codec, over generated records and producer fields, with the codecs
+    kafka-python needs to (de)compress them."""
+    test = given(recs=records, producer=producers)(test)
+    test = settings(max_examples=30, deadline=None)(test)
+    test = pytest.mark.parametrize("codec", list(CompressionType))(test)
+    return pytest.mark.usefixtures("kafka_python_codecs")(test)
+
+
 def _content(recs: Recs) -> list[tuple[Any, ...]]:
     return [(k, v, tuple(h), ts) for k, v, h, ts in recs]
 
 
-@pytest.mark.usefixtures("kafka_python_codecs")
-@pytest.mark.parametrize("codec", list(CompressionType))
-@settings(max_examples=30, deadline=None)
-@given(recs=records, producer=producers)
+@every_codec_both_ways
 def test_we_decode_kafka_python_batches(
     codec: CompressionType, recs: Recs, producer: tuple[int, int, int, bool]
 ) -> None:
@@ -92,10 +99,7 @@ def test_we_decode_kafka_python_batches(
     assert validate_produce(data, deep=True) == [(0, batch.header)]
 
 
-@pytest.mark.usefixtures("kafka_python_codecs")
-@pytest.mark.parametrize("codec", list(CompressionType))
-@settings(max_examples=30, deadline=None)
-@given(recs=records, producer=producers)
+@every_codec_both_ways
 def test_kafka_python_decodes_ours(
     codec: CompressionType, recs: Recs, producer: tuple[int, int, int, bool]
 ) -> None:

@@ -30,6 +30,17 @@ def make_segments(directory: Path, *bases: int) -> None:
         (directory / f"{base:020d}.log").touch()
 
 
+def filled_index(
+    directory: Path, txns: list[tuple[int, ...]], segments: tuple[int, ...] = ()
+) -> AbortedTxnIndex:
+    """An index over the segments with these bases, holding `txns` as aborted(*txn) adds."""
+    make_segments(directory, *segments)
+    index = AbortedTxnIndex.open(directory)
+    for txn in txns:
+        index.add(aborted(*txn))
+    return index
+
+
 def test_entries_are_kafkas_34_byte_records(tmp_path: Path) -> None:
     index = AbortedTxnIndex.open(tmp_path)
     assert index.add(aborted(7, 3, 9, lso=4)) == AbortedTxn(7, 3, 9, 4)
@@ -48,10 +59,7 @@ def test_commits_need_no_entry(tmp_path: Path) -> None:
 
 
 def test_collect_returns_the_aborted_transactions_overlapping_the_fetch(tmp_path: Path) -> None:
-    index = AbortedTxnIndex.open(tmp_path)
-    index.add(aborted(1, 0, 10, lso=11))
-    index.add(aborted(2, 5, 20, lso=21))
-    index.add(aborted(3, 25, 30, lso=31))
+    index = filled_index(tmp_path, [(1, 0, 10, 11), (2, 5, 20, 21), (3, 25, 30, 31)])
     assert index.collect(0, 100) == [(1, 0), (2, 5), (3, 25)]
     assert index.collect(11, 100) == [(2, 5), (3, 25)]  # last offset >= fetch offset
     assert index.collect(10, 25) == [(1, 0), (2, 5)]  # first offset < upper bound
@@ -60,12 +68,8 @@ def test_collect_returns_the_aborted_transactions_overlapping_the_fetch(tmp_path
 
 
 def test_entries_go_to_the_segment_holding_the_marker(tmp_path: Path) -> None:
-    make_segments(tmp_path, 0, 100, 200)
-    index = AbortedTxnIndex.open(tmp_path)
-    index.add(aborted(1, 10, 50))
-    index.add(aborted(1, 90, 150))
-    index.add(aborted(2, 120, 199))
-    index.add(aborted(2, 210, 250))
+    txns = [(1, 10, 50), (1, 90, 150), (2, 120, 199), (2, 210, 250)]
+    index = filled_index(tmp_path, txns, segments=(0, 100, 200))
     index.add(aborted(3, 260, 270), segment_base_offset=260)  # the caller knows better
     assert index.segment_base_offsets == [0, 100, 200, 260]
     sizes = {b: txn_index_file(tmp_path, b).stat().st_size for b in index.segment_base_offsets}
@@ -90,10 +94,7 @@ def test_reopen_reads_every_entry_back(tmp_path: Path) -> None:
 def test_a_torn_last_entry_is_dropped_on_open(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    index = AbortedTxnIndex.open(tmp_path)
-    index.add(aborted(1, 0, 5))
-    index.add(aborted(2, 6, 9))
-    index.close()
+    filled_index(tmp_path, [(1, 0, 5), (2, 6, 9)]).close()
     path = txn_index_file(tmp_path, 0)
     with path.open("ab") as f:
         f.write(b"\0\0\0\0\0\0\0\x03\0\0")  # a crash in the middle of a third entry
@@ -157,11 +158,7 @@ def test_truncate_after_drops_markers_at_or_after_the_new_end(tmp_path: Path) ->
 
 
 def test_delete_before_removes_the_files_of_deleted_segments(tmp_path: Path) -> None:
-    make_segments(tmp_path, 0, 100, 200)
-    index = AbortedTxnIndex.open(tmp_path)
-    index.add(aborted(1, 10, 50))
-    index.add(aborted(2, 150, 160))
-    index.add(aborted(3, 210, 220))
+    index = filled_index(tmp_path, [(1, 10, 50), (2, 150, 160), (3, 210, 220)], (0, 100, 200))
     (tmp_path / f"{0:020d}.log").unlink()  # retention dropped segment 0, log start is 100
     index.delete_before(100)
     assert index.segment_base_offsets == [100, 200]

@@ -88,15 +88,38 @@ class Partition:
         self.psm.check_marker(pid, epoch, coordinator_epoch, **kwargs)  # type: ignore[arg-type]
         offset = self.end
         ts = self.clock()
-        header = BatchHeader(
-            offset, HEADER_SIZE - LOG_OVERHEAD + 20, -1, 2, 0,
-            TRANSACTIONAL_FLAG | CONTROL_FLAG, 0, ts, ts, pid, epoch, NO_SEQUENCE, 1,
-        )  # fmt: skip
-        self.log.append((header, (commit, coordinator_epoch)))
+        self.log.append((marker_header(offset, pid, epoch, ts), (commit, coordinator_epoch)))
         self.end += 1
         return self.psm.on_marker(
             pid, epoch, commit, offset, coordinator_epoch, timestamp=ts, **kwargs
         )  # type: ignore[arg-type]
+
+
+def marker_header(offset: int, pid: int, epoch: int, ts: int) -> BatchHeader:
+    """A COMMIT/ABORT marker batch's header at `offset`, as the log holds it."""
+    return BatchHeader(
+        offset, HEADER_SIZE - LOG_OVERHEAD + 20, -1, 2, 0,
+        TRANSACTIONAL_FLAG | CONTROL_FLAG, 0, ts, ts, pid, epoch, NO_SEQUENCE, 1,
+    )  # fmt: skip
+
+
+def assert_restore_and_replay_match(
+    snapshot: bytes,
+    log: list[tuple[BatchHeader, tuple[bool, int] | None]],
+    from_index: int,
+    live: ProducerStateManager,
+    clock: ManualClock,
+) -> tuple[ProducerStateManager, ProducerStateManager]:
+    """Restore `snapshot` (taken when the log held `from_index` batches), replay the rest of
+    the log, and check it equals a replay of the whole log and the live state; return both."""
+    restored = ProducerStateManager.from_snapshot(snapshot, clock)
+    for header, control in log[from_index:]:
+        restored.replay(header, control)
+    full = ProducerStateManager(clock)
+    for header, control in log:
+        full.replay(header, control)
+    assert _state(restored) == _state(full) == _state(live)
+    return restored, full
 
 
 def _with_offset(header: BatchHeader, offset: int) -> BatchHeader:

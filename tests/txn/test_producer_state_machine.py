@@ -22,17 +22,16 @@ from hypothesis.stateful import (
     invariant,
     rule,
 )
-from test_producer_state import T0, _state, _with_offset, data
+from test_producer_state import (
+    T0,
+    _with_offset,
+    assert_restore_and_replay_match,
+    data,
+    marker_header,
+)
 
 from onceflow.clock import ManualClock
-from onceflow.records.batch import (
-    CONTROL_FLAG,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    NO_SEQUENCE,
-    TRANSACTIONAL_FLAG,
-    BatchHeader,
-)
+from onceflow.records.batch import BatchHeader
 from onceflow.txn.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
@@ -262,11 +261,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
         if outcome is not APPEND:
             return
         offset, ts = self.end, self.clock()
-        header = BatchHeader(
-            offset, HEADER_SIZE - LOG_OVERHEAD + 20, -1, 2, 0,
-            TRANSACTIONAL_FLAG | CONTROL_FLAG, 0, ts, ts, pid, epoch, NO_SEQUENCE, 1,
-        )  # fmt: skip
-        self.log.append((header, (commit, coordinator_epoch)))
+        self.log.append((marker_header(offset, pid, epoch, ts), (commit, coordinator_epoch)))
         self.end += 1
         completed = self.psm.on_marker(pid, epoch, commit, offset, coordinator_epoch, timestamp=ts)
         assert completed == self.model_marker(pid, epoch, commit, offset, coordinator_epoch)
@@ -289,13 +284,9 @@ class ProducerStateMachine(RuleBasedStateMachine):
     @rule(snap=consumes(snapshots))
     def restart_from_snapshot(self, snap: tuple[bytes, int]) -> None:
         data_, length = snap
-        restored = ProducerStateManager.from_snapshot(data_, self.clock)
-        for header, control in self.log[length:]:
-            restored.replay(header, control)
-        full = ProducerStateManager(self.clock)
-        for header, control in self.log:
-            full.replay(header, control)
-        assert _state(restored) == _state(full) == _state(self.psm)
+        restored, full = assert_restore_and_replay_match(
+            data_, self.log, length, self.psm, self.clock
+        )
         assert restored.snapshot() == full.snapshot() == self.psm.snapshot()
         self.psm = restored
         self.hw = self.end  # what a restart recovered is durable

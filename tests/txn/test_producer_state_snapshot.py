@@ -8,7 +8,7 @@ import pytest
 from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_producer_state import T0, Partition, _state, data
+from test_producer_state import T0, Partition, _state, assert_restore_and_replay_match, data
 
 from onceflow.txn.errors import CorruptSnapshotError
 from onceflow.txn.producer_entry import BatchMetadata, ProducerStateEntry
@@ -53,12 +53,7 @@ def test_restore_then_replay_of_the_rest_equals_a_full_replay() -> None:
     part.produce(data(1, 1, 0, 1))
     restored = ProducerStateManager.from_snapshot(snap, part.clock)
     assert restored.map_end_offset == part.log[middle][0].base_offset
-    for header, control in part.log[middle:]:
-        restored.replay(header, control)
-    full = ProducerStateManager(part.clock)
-    for header, control in part.log:
-        full.replay(header, control)
-    assert _state(restored) == _state(full) == _state(part.psm)
+    assert_restore_and_replay_match(snap, part.log, middle, part.psm, part.clock)
 
 
 def test_expired_producers_are_not_loaded() -> None:

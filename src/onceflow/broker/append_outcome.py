@@ -1,5 +1,6 @@
 """What a produced batch's exactly-once append answers: the offsets it got, or its refusal with
-Kafka's error code; and what the append asks the transaction coordinator.
+Kafka's error code (the append asks the TransactionCoordinator itself whether a producer id
+was issued and whether the partition is in its transaction).
 
 `Partition.append_records` does the append (validation, KIP-890 verification, producer-state
 checks, the write); Produce's handler and the simulation only translate requests and answers.
@@ -8,7 +9,6 @@ checks, the write); Produce's handler and the simulation only translate requests
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -57,20 +57,3 @@ class Appended:
     first_offset: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
-
-
-class TransactionChecks(Protocol):
-    """What the append asks the transaction coordinator (TransactionCoordinator has both)."""
-
-    def was_issued(self, producer_id: int) -> bool: ...
-
-    def is_in_transaction(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        topic: str,
-        partition: int,
-        *,
-        produce_version: int = 0,
-    ) -> ErrorCode: ...

@@ -20,7 +20,6 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.append_outcome import (
     Appended,
     AppendRefused,
-    TransactionChecks,
     records_error_code,
 )
 from onceflow.broker.keyless_records import keyless_message, null_key_indexes, refusal_message
@@ -39,6 +38,7 @@ from onceflow.records.errors import RecordsError
 from onceflow.records.record import decode_batch
 from onceflow.records.validation import validate_produce_records
 from onceflow.txn.aborted_index import AbortedTxnIndex
+from onceflow.txn.coordinator import TransactionCoordinator
 from onceflow.txn.errors import CorruptSnapshotError, TxnError
 from onceflow.txn.producer_state import CompletedTxn, DuplicateBatch, ProducerStateManager
 
@@ -134,7 +134,7 @@ class Partition:
         self,
         records: bytes,
         transactional_id: str | None,
-        transactions: TransactionChecks,
+        transactions: TransactionCoordinator,
         *,
         produce_version: int = 0,
         max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
@@ -188,7 +188,7 @@ class Partition:
         self,
         header: BatchHeader,
         transactional_id: str | None,
-        transactions: TransactionChecks,
+        transactions: TransactionCoordinator,
         produce_version: int,
     ) -> DuplicateBatch | None:
         if not transactions.was_issued(header.producer_id):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field, replace
 
 from onceflow.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP
 
@@ -63,36 +63,24 @@ class BatchMetadata:
         return self.crc is None or self.crc == crc
 
 
+@dataclass(slots=True)
 class ProducerStateEntry:
-    """Mutable state of one producer id; owned by its partition's ProducerStateManager."""
+    """Mutable state of one producer id; owned by its partition's ProducerStateManager.
 
-    __slots__ = (
-        "_batches",
-        "coordinator_epoch",
-        "current_txn_first_offset",
-        "current_txn_start_timestamp",
-        "last_timestamp",
-        "producer_epoch",
-        "producer_id",
-    )
+    Equal when every field and the cached batches are (snapshot round trips compare them).
+    """
 
-    def __init__(
-        self,
-        producer_id: int,
-        producer_epoch: int = NO_PRODUCER_EPOCH,
-        coordinator_epoch: int = NO_COORDINATOR_EPOCH,
-        last_timestamp: int = NO_TIMESTAMP,
-        current_txn_first_offset: int = NO_OFFSET,
-        current_txn_start_timestamp: int = NO_TIMESTAMP,
-        batches: Iterable[BatchMetadata] = (),
-    ) -> None:
-        self.producer_id = producer_id
-        self.producer_epoch = producer_epoch
-        self.coordinator_epoch = coordinator_epoch
-        self.last_timestamp = last_timestamp
-        self.current_txn_first_offset = current_txn_first_offset
-        self.current_txn_start_timestamp = current_txn_start_timestamp
-        self._batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH
+    last_timestamp: int = NO_TIMESTAMP
+    current_txn_first_offset: int = NO_OFFSET
+    current_txn_start_timestamp: int = NO_TIMESTAMP
+    batches_init: InitVar[Iterable[BatchMetadata]] = ()
+    _batches: deque[BatchMetadata] = field(init=False)
+
+    def __post_init__(self, batches_init: Iterable[BatchMetadata]) -> None:
+        self._batches = deque(batches_init, maxlen=NUM_BATCHES_TO_RETAIN)
 
     @property
     def batches(self) -> tuple[BatchMetadata, ...]:
@@ -142,29 +130,8 @@ class ProducerStateEntry:
         self.current_txn_start_timestamp = NO_TIMESTAMP
         self.last_timestamp = timestamp
 
-    def _scalars(self) -> tuple[int, int, int, int, int, int]:
-        # The constructor's arguments before the batches, in its order.
-        return (
-            self.producer_id,
-            self.producer_epoch,
-            self.coordinator_epoch,
-            self.last_timestamp,
-            self.current_txn_first_offset,
-            self.current_txn_start_timestamp,
-        )
-
     def copy(self) -> ProducerStateEntry:
-        return ProducerStateEntry(*self._scalars(), self._batches)
-
-    def _key(self) -> tuple[object, ...]:
-        return (*self._scalars(), tuple(self._batches))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ProducerStateEntry):
-            return NotImplemented
-        return self._key() == other._key()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable
+        return replace(self, batches_init=self._batches)
 
     def __repr__(self) -> str:
         return (

@@ -64,6 +64,8 @@ class TransactionLogValue:
     partitions: frozenset[TopicPartition]
     txn_last_update_timestamp: int
     txn_start_timestamp: int
+    # The producer id before the last InitProducerId, and the epoch a retried InitProducerId
+    # may still present (KIP-360); -1 when there is none.
     previous_producer_id: int = NO_PRODUCER_ID
     last_producer_epoch: int = NO_PRODUCER_EPOCH
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -19,7 +19,6 @@ from kio.schema.errors import ErrorCode
 from onceflow.txn.coordinator_errors import IllegalTransitionError, TransactionLogReplayError
 from onceflow.txn.transaction_log import (
     NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
     TopicPartition,
     TransactionLogValue,
 )
@@ -28,25 +27,24 @@ from onceflow.txn.transaction_state import TransactionState, is_valid_transition
 MAX_PRODUCER_EPOCH = 2**15 - 1
 
 
+def _log_fields(value: TransactionLogValue) -> dict[str, Any]:
+    return {f.name: getattr(value, f.name) for f in fields(TransactionLogValue)}
+
+
 def is_epoch_exhausted(producer_epoch: int) -> bool:
     """Kafka never hands out Short.MaxValue, so that it can always fence once more."""
     return producer_epoch >= MAX_PRODUCER_EPOCH - 1
 
 
 @dataclass(frozen=True)
-class TransactionMetadata:
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    txn_timeout_ms: int
-    state: TransactionState
-    partitions: frozenset[TopicPartition]
-    txn_start_timestamp: int
-    txn_last_update_timestamp: int
-    # The producer id before the last InitProducerId, and the epoch a retried InitProducerId
-    # may still present (KIP-360); -1 when there is none.
-    previous_producer_id: int = NO_PRODUCER_ID
-    last_producer_epoch: int = NO_PRODUCER_EPOCH
+class TransactionMetadata(TransactionLogValue):
+    """The transaction log's value of one transactional id, with that id (the record's key).
+
+    Its fields are the log value's (see TransactionLogValue), so that reading a record and
+    writing one copy them all; `transactional_id` is keyword-only, after them.
+    """
+
+    transactional_id: str = field(kw_only=True)
 
     @classmethod
     def new(
@@ -68,31 +66,10 @@ class TransactionMetadata:
     def from_log_value(
         cls, transactional_id: str, value: TransactionLogValue
     ) -> TransactionMetadata:
-        return cls(
-            transactional_id=transactional_id,
-            producer_id=value.producer_id,
-            producer_epoch=value.producer_epoch,
-            txn_timeout_ms=value.txn_timeout_ms,
-            state=value.state,
-            partitions=value.partitions,
-            txn_start_timestamp=value.txn_start_timestamp,
-            txn_last_update_timestamp=value.txn_last_update_timestamp,
-            previous_producer_id=value.previous_producer_id,
-            last_producer_epoch=value.last_producer_epoch,
-        )
+        return cls(transactional_id=transactional_id, **_log_fields(value))
 
     def to_log_value(self) -> TransactionLogValue:
-        return TransactionLogValue(
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            txn_timeout_ms=self.txn_timeout_ms,
-            state=self.state,
-            partitions=self.partitions,
-            txn_last_update_timestamp=self.txn_last_update_timestamp,
-            txn_start_timestamp=self.txn_start_timestamp,
-            previous_producer_id=self.previous_producer_id,
-            last_producer_epoch=self.last_producer_epoch,
-        )
+        return TransactionLogValue(**_log_fields(self))
 
     @property
     def is_producer_epoch_exhausted(self) -> bool:

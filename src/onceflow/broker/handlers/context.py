@@ -15,7 +15,6 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.append_outcome import TransactionChecks
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.partition import Partition
 from onceflow.broker.topics import TopicRegistry
@@ -80,7 +79,7 @@ class DataContext:
 
     config: BrokerConfig
     topics: TopicRegistry
-    transaction_checks: TransactionChecks  # KIP-890 verification of transactional produce
+    transaction_checks: TransactionCoordinator  # KIP-890 verification of transactional produce
     durability: Durability
     clock: Clock
 
