@@ -11,7 +11,10 @@ be injected). Kinds:
 - partition: one client's or every client's connections cut, black-holed or delayed by the
   proxy;
 - disk: the broker's data directory's filesystem filled up, then freed (a small tmpfs where
-  the harness may mount one, else a full disk simulated in the broker's log layer).
+  the harness may mount one, else a full disk simulated in the broker's log layer);
+- kill-mirror (verify --mirror): SIGKILL of the mirror's driver (its process group: JVM and
+  Python workers), restarted after a moment; with a mirror, kill picks the source or the
+  target broker at random.
 
 The broker faults (kill, disk, pausing the broker) need the embedded broker; against another
 cluster only the client-side faults apply.
@@ -38,6 +41,8 @@ from onceflow.verify.proxy import KafkaProxy
 
 BROKER = "broker"  # history process and function of the broker's own exits and restarts
 KILL, PAUSE, PARTITION, CRASH_CLIENT, DISK = "kill", "pause", "partition", "crash-client", "disk"
+KILL_MIRROR = "kill-mirror"  # SIGKILL of the mirror's driver (verify --mirror)
+TARGET_BROKER = "target broker"  # the mirror's target, a target of kill
 FAULT_KINDS = (KILL, PAUSE, PARTITION, CRASH_CLIENT, DISK)
 BROKER_ONLY = frozenset({KILL, DISK})  # need the embedded broker
 
@@ -50,20 +55,22 @@ class DiskUnavailableError(RuntimeError):
     """No small filesystem can be mounted here (no root, or mounts not allowed)."""
 
 
-def parse_faults(text: str) -> tuple[str, ...]:
-    """`kill,pause` / `all` / `none` to fault kinds, in FAULT_KINDS order."""
+def parse_faults(text: str, mirror: bool = False) -> tuple[str, ...]:
+    """`kill,pause` / `all` / `none` to fault kinds, in FAULT_KINDS order (kill-mirror last,
+    part of `all` with a mirror)."""
+    kinds = (*FAULT_KINDS, KILL_MIRROR)
     names = {n.strip() for n in text.split(",") if n.strip()}
     if names == {"none"} or not names:
         return ()
     if "all" in names:
-        return FAULT_KINDS
-    unknown = names - set(FAULT_KINDS)
+        return kinds if mirror else FAULT_KINDS
+    unknown = names - set(kinds)
     if unknown:
         raise ValueError(
             f"unknown fault(s) {', '.join(sorted(unknown))}: expected "
-            f"{', '.join(FAULT_KINDS)}, all or none"
+            f"{', '.join(kinds)}, all or none"
         )
-    return tuple(k for k in FAULT_KINDS if k in names)
+    return tuple(k for k in kinds if k in names)
 
 
 class Clients(Protocol):
@@ -74,6 +81,14 @@ class Clients(Protocol):
     def resume(self, name: str) -> None: ...
     def crash(self, name: str, moment: str = "any") -> str: ...
     def start(self, name: str) -> str: ...
+
+
+class Mirror(Protocol):
+    """The mirror's driver, as the nemesis needs it (see mirror_run.SupervisedMirror)."""
+
+    def ready(self) -> bool: ...
+    def kill(self) -> dict[str, int]: ...
+    def restart(self) -> None: ...
 
 
 class SmallDisk:
@@ -245,6 +260,8 @@ class Targets:
     clients: Clients
     proxy: KafkaProxy | None
     disk: SmallDisk | SimulatedFullDisk | None
+    mirror: Mirror | None = None  # verify --mirror: its driver...
+    mirror_target: SupervisedBroker | None = None  # ...and its target broker, killed as the source
     # Client roles whose processes are paused or crashed most (the transactional ones).
     writers: tuple[str, ...] = ("producer", "copier")
 
@@ -331,8 +348,13 @@ class Nemesis:
     def _plan(self, kind: str) -> dict[str, Any] | None:
         t, rng = self.targets, self.rng
         if kind == KILL and t.broker is not None:
-            broker = t.broker
-            return self._make("broker", rng.uniform(0.2, 3.0), broker.kill, broker.restart)
+            broker, name = t.broker, "broker"
+            if t.mirror_target is not None and rng.random() < 0.5:
+                broker, name = t.mirror_target, TARGET_BROKER
+            return self._make(name, rng.uniform(0.2, 3.0), broker.kill, broker.restart)
+        if kind == KILL_MIRROR and t.mirror is not None and t.mirror.ready():
+            mirror = t.mirror
+            return self._make("mirror driver", rng.uniform(0.2, 3.0), mirror.kill, mirror.restart)
         if kind == PAUSE:
             if t.broker is not None and rng.random() < 0.4:
                 broker = t.broker
