@@ -175,19 +175,54 @@ class SimulatedFullDisk:
         self.free()
 
 
-class SupervisedBroker:
-    """The embedded broker, restarted whenever it exits on its own, as a service manager
-    restarts Kafka after it halted on a failed disk; exits and restarts go in the history
-    (process `broker`). The nemesis holds it down while it kills it on purpose."""
+class Supervisor:
+    """A child process restarted whenever it exits on its own, as a service manager restarts
+    it; its exits and restarts go in the history (process `name`). The nemesis holds it down
+    (`_held`, under `_lock`) while it kills it on purpose. Subclasses give the process and how
+    to bring it back."""
 
-    def __init__(self, broker: EmbeddedBroker, history: History) -> None:
-        self.broker, self.history = broker, history
+    def __init__(self, name: str, history: History) -> None:
+        self.name, self.history = name, history
         self.exits = 0  # exits the nemesis did not cause
         self.restarts = 0
         self._held = False
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="verify-broker", daemon=True)
+        self._thread = threading.Thread(target=self._watch, name=f"verify-{name}", daemon=True)
+
+    def _process(self) -> subprocess.Popen[Any] | None:
+        raise NotImplementedError
+
+    def _revive(self, exited: subprocess.Popen[Any]) -> None:
+        """Bring the process back after it exited on its own (exits counted already)."""
+        raise NotImplementedError
+
+    def _note(self, event: str, **details: Any) -> None:
+        self.history.append(self.name, INFO, self.name, {"event": event, **details})
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            with self._lock:
+                process = self._process()
+                if self._held or process is None or process.poll() is None:
+                    continue
+                self.exits += 1
+                self._revive(process)
+
+    def _stop_watching(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(60)
+
+
+class SupervisedBroker(Supervisor):
+    """The embedded broker, restarted whenever it exits on its own, as a service manager
+    restarts Kafka after it halted on a failed disk (process `broker`, or the mirror's
+    `target-broker`)."""
+
+    def __init__(self, broker: EmbeddedBroker, history: History, name: str = BROKER) -> None:
+        super().__init__(name, history)
+        self.broker = broker
 
     @property
     def bootstrap(self) -> str:
@@ -218,38 +253,24 @@ class SupervisedBroker:
         if self.running():
             self.broker.resume()
 
-    def _watch(self) -> None:
-        while not self._stop.wait(0.2):
-            with self._lock:
-                process = self.broker.process
-                if self._held or process is None or process.poll() is None:
-                    continue
-                self.exits += 1
-                tail = list(self.broker.output)[-3:]
-                self.history.append(
-                    BROKER,
-                    INFO,
-                    BROKER,
-                    {"event": "exited", "code": process.returncode, "tail": tail},
-                )
-                while not self._stop.is_set():
-                    try:
-                        self.broker.start()
-                        self.restarts += 1
-                        self.history.append(BROKER, INFO, BROKER, {"event": "restarted"})
-                        break
-                    except BrokerStartError as e:
-                        error = str(e).splitlines()[-1:]
-                        self.history.append(
-                            BROKER, INFO, BROKER, {"event": "restart-failed", "error": error}
-                        )
-                        self._stop.wait(1.0)
+    def _process(self) -> subprocess.Popen[Any] | None:
+        return self.broker.process
+
+    def _revive(self, exited: subprocess.Popen[Any]) -> None:
+        self._note("exited", code=exited.returncode, tail=list(self.broker.output)[-3:])
+        while not self._stop.is_set():
+            try:
+                self.broker.start()
+                self.restarts += 1
+                self._note("restarted")
+                return
+            except BrokerStartError as e:
+                self._note("restart-failed", error=str(e).splitlines()[-1:])
+                self._stop.wait(1.0)
 
     def stop(self) -> int | None:
         """Stop supervising, then stop the broker cleanly; returns its exit code."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(60)
+        self._stop_watching()
         self.resume()
         return self.broker.stop()
 

@@ -487,7 +487,7 @@ def _broker(
     """An embedded broker, started and supervised, its output in logs/{name}.log."""
     embedded = EmbeddedBroker(data_dir, settings=settings, log_level="INFO", env=env)
     embedded.output = log = _LogTail(work_dir / "logs" / f"{name}.log")
-    broker = SupervisedBroker(embedded, history)
+    broker = SupervisedBroker(embedded, history, name)
     broker.start()
     return broker, log
 

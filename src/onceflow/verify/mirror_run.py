@@ -15,18 +15,17 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
-from onceflow.librdkafka_log import QUIET
-from onceflow.mirror.positions import mirror_group
 from onceflow.mirror.replication_policy import ReplicationPolicy
+from onceflow.verify.faults import Supervisor
 from onceflow.verify.final_reads import final_pass
-from onceflow.verify.history import INFO, READ_COMMITTED, History
+from onceflow.verify.history import READ_COMMITTED, History
 from onceflow.verify.history import TopicPartition as Place
 from onceflow.verify.mirror_check import MIRROR_READ
 from onceflow.verify.workload import WorkloadSpec
@@ -40,9 +39,12 @@ MAX_OFFSETS_PER_TRIGGER = 5000
 MIN_UP_S = 20.0
 
 
+POLICY = ReplicationPolicy("default", ALIAS)  # the mirror's defaults
+
+
 def target_topic(topic: str) -> str:
-    """The target's name of a source topic (the mirror's default policy, alias `source`)."""
-    return ReplicationPolicy("default", ALIAS).target_topic(topic)
+    """The target's name of a source topic (`source.{topic}`)."""
+    return POLICY.target_topic(topic)
 
 
 def target_workload(workload: WorkloadSpec) -> WorkloadSpec:
@@ -54,9 +56,8 @@ def target_workload(workload: WorkloadSpec) -> WorkloadSpec:
     )
 
 
-class SupervisedMirror:
-    """The mirror driver, restarted whenever it exits (the nemesis holds it down while it kills
-    it on purpose); exits and restarts go in the history (process `mirror`)."""
+class SupervisedMirror(Supervisor):
+    """The mirror driver, restarted whenever it exits on its own (process `mirror`)."""
 
     def __init__(
         self,
@@ -78,16 +79,10 @@ class SupervisedMirror:
             *("--progress-interval", "5"),
             *("--target-property", f"transaction.timeout.ms={transaction_timeout_ms}"),
         ]
+        super().__init__(MIRROR, history)
         self.log = work_dir / "logs" / "mirror.log"
-        self.history = history
         self.process: subprocess.Popen[bytes] | None = None
         self.started = 0.0  # time.monotonic() of the last spawn
-        self.exits = 0  # exits the nemesis did not cause
-        self.restarts = 0
-        self._held = False
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="verify-mirror", daemon=True)
 
     def start(self) -> None:
         self._spawn()
@@ -132,26 +127,19 @@ class SupervisedMirror:
         process.wait(60)
         return process.pid
 
-    def _watch(self) -> None:
-        while not self._stop.wait(0.5):
-            with self._lock:
-                process = self.process
-                if self._held or process is None or process.poll() is None:
-                    continue
-                self.exits += 1
-                self.history.append(
-                    MIRROR, INFO, MIRROR, {"event": "exited", "code": process.returncode}
-                )
-                self._killpg(signal.SIGKILL)  # what the driver left behind (a JVM)
-                self._spawn()
-                self.restarts += 1
-                self.history.append(MIRROR, INFO, MIRROR, {"event": "restarted"})
+    def _process(self) -> subprocess.Popen[Any] | None:
+        return self.process
+
+    def _revive(self, exited: subprocess.Popen[Any]) -> None:
+        self._note("exited", code=exited.returncode)
+        self._killpg(signal.SIGKILL)  # what the driver left behind (its JVM, say)
+        self._spawn()
+        self.restarts += 1
+        self._note("restarted")
 
     def stop(self) -> None:
         """Stop supervising, then stop the driver and everything it started."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(30)
+        self._stop_watching()
         with self._lock:
             if self.running():
                 self._killpg(signal.SIGTERM)
@@ -159,22 +147,18 @@ class SupervisedMirror:
 
 def positions(target: str, partitions: list[Place]) -> dict[Place, int]:
     """{source partition: next source offset the mirror will copy}, as the target holds them
-    (read_committed OffsetFetch of the mirror's group; -1 where it holds none)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": target,
-            "group.id": mirror_group(ALIAS),
-            "isolation.level": "read_committed",
-            "logger": QUIET,
-        }
-    )
+    (the mirror's own lookup); partitions without one, or all if the target did not answer,
+    are left out (asked again)."""
+    # Imported here: the mirror's modules load PySpark, which only --mirror runs need.
+    from onceflow.mirror.positions import MirrorPositions, PositionLookupError
+
+    lookup = MirrorPositions({"bootstrap.servers": target}, POLICY, 10.0)
     try:
-        asked = [TopicPartition(target_topic(t), p) for t, p in partitions]
-        answers = consumer.committed(asked, timeout=10)
-        by_target = {(tp.topic, tp.partition): tp.offset for tp in answers}
-        return {(t, p): by_target.get((target_topic(t), p), -1) for t, p in partitions}
+        return dict(lookup.committed(partitions))
+    except (PositionLookupError, KafkaException):
+        return {}
     finally:
-        consumer.close()
+        lookup.close()
 
 
 def wait_caught_up(
@@ -188,10 +172,7 @@ def wait_caught_up(
     wanted = {tp: end for tp, end in ends.items() if end > 0}
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            held = positions(target, list(wanted))
-        except KafkaException:
-            held = {}
+        held = positions(target, list(wanted))
         behind = sum(held.get(tp, -1) < end for tp, end in wanted.items())
         progress(behind, len(wanted))
         if not behind:
