@@ -87,6 +87,7 @@ from onceflow.verify.workload import (
     OFFSETS_READER,
     PRODUCER,
     READER,
+    ClientCounts,
     WorkloadSpec,
 )
 
@@ -143,19 +144,14 @@ class VerifyError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class VerifyOptions:
+class VerifyOptions(ClientCounts):
     duration_s: float = 60.0
     faults: tuple[str, ...] = ()
     seed: int = 0
     bootstrap: str | None = None  # None: the embedded broker
     work_dir: Path | None = None  # kept; by default a temporary one, kept only on anomalies
-    producers: int = 3
-    copiers: int = 2
-    committed_readers: int = 2
-    uncommitted_readers: int = 1
     disk_size_mb: int = 256
     calm_s: tuple[float, float] = (1.0, 4.0)
-    transaction_timeout_ms: int = 10_000
     workload: str = DEFAULT  # or COMPACTED
     mirror: bool = False  # a target broker and the mirror pipeline (embedded only)
 
