@@ -422,7 +422,9 @@ def run_verify(
                     history,
                     tag,
                     details,
-                    report,
+                    lambda name: report(
+                        Progress(name, time.monotonic() - run_started, options.duration_s)
+                    ),
                 )
                 if not caught_up:
                     errors.append("the mirror did not catch up before the deadline")
@@ -496,7 +498,7 @@ def _mirror_finish(
     history: History,
     tag: str,
     details: dict[str, Any],
-    report: Callable[[Progress], None],
+    phase: Callable[[str], None],
 ) -> bool:
     """After the source's final reads: wait for the mirror to copy everything the source
     committed, then read the target read_committed (False if it did not catch up in time)."""
@@ -504,17 +506,15 @@ def _mirror_finish(
     source.final_passes()
     final = source.finals.get(READ_COMMITTED)
     ends = committed_ends(final.at if final else {})
-    began = time.monotonic()
 
     def shown(behind: int, partitions: int) -> None:
-        phase = f"mirror catching up: {behind} of {partitions} partitions behind"
-        report(Progress(phase, time.monotonic() - began, timeout_s))
+        phase(f"mirror catching up: {behind} of {partitions} partitions behind")
 
-    caught_up = wait_caught_up(target.bootstrap, ends, MIRROR_CATCH_UP_S, shown)
+    caught_up = wait_caught_up(target.bootstrap, ends, timeout_s, shown)
     details["mirror_caught_up"] = caught_up
     details["mirror_exits"], details["mirror_restarts"] = mirror.exits, mirror.restarts
     details["target_broker_restarts"] = target.restarts
-    report(Progress("target final read", time.monotonic() - began, timeout_s))
+    phase("target final read")
     read_target(target.bootstrap, workload, history, 60.0, tag)
     details["mirror_values"] = sum(
         len(op.value.get("records", []))
