@@ -91,10 +91,11 @@ class Scenario:
         records: list[Placed],
         ends: dict[tuple[str, int], int],
         positions: dict[tuple[str, int], int] | None = None,
+        process: str | None = None,
     ) -> None:
         """A final pass that read `records` and reached each partition's end (a high
         watermark), unless `positions` says it stopped short."""
-        process = f"{FINAL}-{'rc' if isolation == READ_COMMITTED else 'ru'}"
+        process = process or f"{FINAL}-{'rc' if isolation == READ_COMMITTED else 'ru'}"
         if records:
             self.poll(process, records, isolation)
         at = positions or {}

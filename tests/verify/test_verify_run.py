@@ -51,6 +51,20 @@ def run_verify(
     return json.loads(report_path.read_text()), done.stdout
 
 
+def assert_clean(report: dict[str, Any], kinds: tuple[str, ...]) -> dict[str, Any]:
+    """A run with no anomaly, no error, each of `kinds` injected; returns its operations."""
+    assert report["valid"] and report["ok"], report
+    assert set(report["anomalies"].values()) == {0}
+    assert report["anomaly_details"] == {}
+    for kind in kinds:
+        assert report["faults_injected"].get(kind, 0) >= 1, report["faults_injected"]
+    assert report["faults_unavailable"] == {}
+    operations: dict[str, Any] = report["operations"]
+    assert operations["committed"] >= 100, operations
+    assert operations["aborted_on_purpose"] >= 10, operations
+    return operations
+
+
 def test_verify_embedded_with_every_fault_finds_no_anomaly(tmp_path: Path) -> None:
     report, stdout = run_verify(
         tmp_path,
@@ -58,16 +72,9 @@ def test_verify_embedded_with_every_fault_finds_no_anomaly(tmp_path: Path) -> No
         *("--transaction-timeout-ms", "5000"),
         timeout=240,
     )
-    assert report["valid"] and report["ok"], report
-    assert set(report["anomalies"].values()) == {0}
-    assert report["anomaly_details"] == {}
-    for kind in FAULT_KINDS:  # each kind injected (the disk simulated where it cannot mount)
-        assert report["faults_injected"].get(kind, 0) >= 1, report["faults_injected"]
-    assert report["faults_unavailable"] == {}
-    operations = report["operations"]
-    assert operations["committed"] >= 100, operations
+    # each kind injected (the disk simulated where it cannot mount)
+    operations = assert_clean(report, FAULT_KINDS)
     assert operations["copy_transactions"] >= 10, operations
-    assert operations["aborted_on_purpose"] >= 10, operations
     assert operations["polls_records"] >= 1000, operations
     assert report["details"]["copiers_drained"]  # so committed input = committed output
     summary = json.loads(stdout.strip().splitlines()[-1])  # the one-line JSON summary

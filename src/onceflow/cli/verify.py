@@ -51,6 +51,16 @@ def verify_command(
             "verify it; every fault applies.",
         ),
     ] = False,
+    mirror: Annotated[
+        bool,
+        typer.Option(
+            "--mirror",
+            help="With --embedded: start a second (target) broker and the mirror pipeline "
+            "(onceflow run mirror) from the workload's topics to it; kill kills either broker, "
+            "kill-mirror (in all) kills the mirror's driver; at the end the target, read "
+            "read_committed, must hold every committed source record once, in order.",
+        ),
+    ] = False,
     duration: Annotated[
         str, typer.Option("--duration", "-d", help="How long the workload runs: 60s, 10m, 1h.")
     ] = "60s",
@@ -63,7 +73,8 @@ def verify_command(
             "restart), pause (SIGSTOP/SIGCONT of the broker or a client), partition (a proxy "
             "cuts, delays or black-holes client connections), crash-client (SIGKILL of a "
             "client mid-transaction), disk (the broker's filesystem full; needs root to mount "
-            "a small tmpfs); or all, or none.",
+            "a small tmpfs), kill-mirror (SIGKILL of the mirror's driver, with --mirror); "
+            "or all, or none.",
         ),
     ] = "all",
     seed: Annotated[
@@ -133,10 +144,12 @@ def verify_command(
         write_json,
     )
 
+    if mirror and not embedded:
+        raise UsageError("--mirror needs --embedded (it starts both brokers).")
     if embedded == (bootstrap_server is not None):
         raise UsageError("Choose one target: --embedded or --bootstrap-server HOST:PORT.")
     try:
-        kinds = parse_faults(faults)
+        kinds = parse_faults(faults, mirror)
     except ValueError as e:
         raise UsageError(f"Invalid --faults: {e}.") from None
     if workload not in ("default", "compacted"):
@@ -151,9 +164,12 @@ def verify_command(
         copiers=copiers,
         transaction_timeout_ms=transaction_timeout_ms,
         workload=workload,
+        mirror=mirror,
     )
     err = stderr_console()
     target = "the embedded broker" if options.embedded else options.bootstrap
+    if mirror:
+        target = "the embedded broker mirrored to a second one"
     err.print(
         f"onceflow verify: {target}, {options.duration_s:g} s, faults "
         f"{','.join(kinds) or 'none'}, seed {options.seed}, workload {workload}"

@@ -22,6 +22,7 @@ KINDS = (
     "hanging-transaction",
     "last-value-lost",
     "offset-changed",
+    "reordered",  # the mirror's target view (mirror_check.py)
 )
 MAX_LISTED = 10  # offending values listed per anomaly, beyond which only a count is given
 

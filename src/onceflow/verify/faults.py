@@ -11,7 +11,10 @@ be injected). Kinds:
 - partition: one client's or every client's connections cut, black-holed or delayed by the
   proxy;
 - disk: the broker's data directory's filesystem filled up, then freed (a small tmpfs where
-  the harness may mount one, else a full disk simulated in the broker's log layer).
+  the harness may mount one, else a full disk simulated in the broker's log layer);
+- kill-mirror (verify --mirror): SIGKILL of the mirror's driver (its process group: JVM and
+  Python workers), restarted after a moment; with a mirror, kill picks the source or the
+  target broker at random.
 
 The broker faults (kill, disk, pausing the broker) need the embedded broker; against another
 cluster only the client-side faults apply.
@@ -38,6 +41,8 @@ from onceflow.verify.proxy import KafkaProxy
 
 BROKER = "broker"  # history process and function of the broker's own exits and restarts
 KILL, PAUSE, PARTITION, CRASH_CLIENT, DISK = "kill", "pause", "partition", "crash-client", "disk"
+KILL_MIRROR = "kill-mirror"  # SIGKILL of the mirror's driver (verify --mirror)
+TARGET_BROKER = "target broker"  # the mirror's target, a target of kill
 FAULT_KINDS = (KILL, PAUSE, PARTITION, CRASH_CLIENT, DISK)
 BROKER_ONLY = frozenset({KILL, DISK})  # need the embedded broker
 
@@ -50,20 +55,22 @@ class DiskUnavailableError(RuntimeError):
     """No small filesystem can be mounted here (no root, or mounts not allowed)."""
 
 
-def parse_faults(text: str) -> tuple[str, ...]:
-    """`kill,pause` / `all` / `none` to fault kinds, in FAULT_KINDS order."""
+def parse_faults(text: str, mirror: bool = False) -> tuple[str, ...]:
+    """`kill,pause` / `all` / `none` to fault kinds, in FAULT_KINDS order (kill-mirror last,
+    part of `all` with a mirror)."""
+    kinds = (*FAULT_KINDS, KILL_MIRROR)
     names = {n.strip() for n in text.split(",") if n.strip()}
     if names == {"none"} or not names:
         return ()
     if "all" in names:
-        return FAULT_KINDS
-    unknown = names - set(FAULT_KINDS)
+        return kinds if mirror else FAULT_KINDS
+    unknown = names - set(kinds)
     if unknown:
         raise ValueError(
             f"unknown fault(s) {', '.join(sorted(unknown))}: expected "
-            f"{', '.join(FAULT_KINDS)}, all or none"
+            f"{', '.join(kinds)}, all or none"
         )
-    return tuple(k for k in FAULT_KINDS if k in names)
+    return tuple(k for k in kinds if k in names)
 
 
 class Clients(Protocol):
@@ -74,6 +81,14 @@ class Clients(Protocol):
     def resume(self, name: str) -> None: ...
     def crash(self, name: str, moment: str = "any") -> str: ...
     def start(self, name: str) -> str: ...
+
+
+class Mirror(Protocol):
+    """The mirror's driver, as the nemesis needs it (see mirror_run.SupervisedMirror)."""
+
+    def ready(self) -> bool: ...
+    def kill(self) -> dict[str, int]: ...
+    def restart(self) -> None: ...
 
 
 class SmallDisk:
@@ -160,19 +175,54 @@ class SimulatedFullDisk:
         self.free()
 
 
-class SupervisedBroker:
-    """The embedded broker, restarted whenever it exits on its own, as a service manager
-    restarts Kafka after it halted on a failed disk; exits and restarts go in the history
-    (process `broker`). The nemesis holds it down while it kills it on purpose."""
+class Supervisor:
+    """A child process restarted whenever it exits on its own, as a service manager restarts
+    it; its exits and restarts go in the history (process `name`). The nemesis holds it down
+    (`_held`, under `_lock`) while it kills it on purpose. Subclasses give the process and how
+    to bring it back."""
 
-    def __init__(self, broker: EmbeddedBroker, history: History) -> None:
-        self.broker, self.history = broker, history
+    def __init__(self, name: str, history: History) -> None:
+        self.name, self.history = name, history
         self.exits = 0  # exits the nemesis did not cause
         self.restarts = 0
         self._held = False
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="verify-broker", daemon=True)
+        self._thread = threading.Thread(target=self._watch, name=f"verify-{name}", daemon=True)
+
+    def _process(self) -> subprocess.Popen[Any] | None:
+        raise NotImplementedError
+
+    def _revive(self, exited: subprocess.Popen[Any]) -> None:
+        """Bring the process back after it exited on its own (exits counted already)."""
+        raise NotImplementedError
+
+    def _note(self, event: str, **details: Any) -> None:
+        self.history.append(self.name, INFO, self.name, {"event": event, **details})
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            with self._lock:
+                process = self._process()
+                if self._held or process is None or process.poll() is None:
+                    continue
+                self.exits += 1
+                self._revive(process)
+
+    def _stop_watching(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(60)
+
+
+class SupervisedBroker(Supervisor):
+    """The embedded broker, restarted whenever it exits on its own, as a service manager
+    restarts Kafka after it halted on a failed disk (process `broker`, or the mirror's
+    `target-broker`)."""
+
+    def __init__(self, broker: EmbeddedBroker, history: History, name: str = BROKER) -> None:
+        super().__init__(name, history)
+        self.broker = broker
 
     @property
     def bootstrap(self) -> str:
@@ -203,38 +253,24 @@ class SupervisedBroker:
         if self.running():
             self.broker.resume()
 
-    def _watch(self) -> None:
-        while not self._stop.wait(0.2):
-            with self._lock:
-                process = self.broker.process
-                if self._held or process is None or process.poll() is None:
-                    continue
-                self.exits += 1
-                tail = list(self.broker.output)[-3:]
-                self.history.append(
-                    BROKER,
-                    INFO,
-                    BROKER,
-                    {"event": "exited", "code": process.returncode, "tail": tail},
-                )
-                while not self._stop.is_set():
-                    try:
-                        self.broker.start()
-                        self.restarts += 1
-                        self.history.append(BROKER, INFO, BROKER, {"event": "restarted"})
-                        break
-                    except BrokerStartError as e:
-                        error = str(e).splitlines()[-1:]
-                        self.history.append(
-                            BROKER, INFO, BROKER, {"event": "restart-failed", "error": error}
-                        )
-                        self._stop.wait(1.0)
+    def _process(self) -> subprocess.Popen[Any] | None:
+        return self.broker.process
+
+    def _revive(self, exited: subprocess.Popen[Any]) -> None:
+        self._note("exited", code=exited.returncode, tail=list(self.broker.output)[-3:])
+        while not self._stop.is_set():
+            try:
+                self.broker.start()
+                self.restarts += 1
+                self._note("restarted")
+                return
+            except BrokerStartError as e:
+                self._note("restart-failed", error=str(e).splitlines()[-1:])
+                self._stop.wait(1.0)
 
     def stop(self) -> int | None:
         """Stop supervising, then stop the broker cleanly; returns its exit code."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(60)
+        self._stop_watching()
         self.resume()
         return self.broker.stop()
 
@@ -245,6 +281,8 @@ class Targets:
     clients: Clients
     proxy: KafkaProxy | None
     disk: SmallDisk | SimulatedFullDisk | None
+    mirror: Mirror | None = None  # verify --mirror: its driver...
+    mirror_target: SupervisedBroker | None = None  # ...and its target broker, killed as the source
     # Client roles whose processes are paused or crashed most (the transactional ones).
     writers: tuple[str, ...] = ("producer", "copier")
 
@@ -331,8 +369,13 @@ class Nemesis:
     def _plan(self, kind: str) -> dict[str, Any] | None:
         t, rng = self.targets, self.rng
         if kind == KILL and t.broker is not None:
-            broker = t.broker
-            return self._make("broker", rng.uniform(0.2, 3.0), broker.kill, broker.restart)
+            broker, name = t.broker, "broker"
+            if t.mirror_target is not None and rng.random() < 0.5:
+                broker, name = t.mirror_target, TARGET_BROKER
+            return self._make(name, rng.uniform(0.2, 3.0), broker.kill, broker.restart)
+        if kind == KILL_MIRROR and t.mirror is not None and t.mirror.ready():
+            mirror = t.mirror
+            return self._make("mirror driver", rng.uniform(0.2, 3.0), mirror.kill, mirror.restart)
         if kind == PAUSE:
             if t.broker is not None and rng.random() < 0.4:
                 broker = t.broker

@@ -46,11 +46,13 @@ def final_pass(
     history: History,
     settle_s: float,
     tag: str,
+    process: str | None = None,
 ) -> None:
     """Read every partition from the beginning to its high watermark, recording the polls
-    as process `final-rc` / `final-ru`; read_committed stops short of the high watermark
-    only while a transaction is still open (its LSO), so it waits for that, up to settle_s."""
-    process = f"{FINAL}-{'rc' if isolation == READ_COMMITTED else 'ru'}"
+    as `process` (by default `final-rc` / `final-ru`); read_committed stops short of the high
+    watermark only while a transaction is still open (its LSO), so it waits for that, up to
+    settle_s."""
+    process = process or f"{FINAL}-{'rc' if isolation == READ_COMMITTED else 'ru'}"
     consumer = reader(bootstrap, f"verify-{tag}-final", isolation)
     probe = watermark_probe(bootstrap, tag)
     tps = [TopicPartition(t, p, OFFSET_BEGINNING) for t, p in workload.all_partitions()]

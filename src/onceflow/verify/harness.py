@@ -14,6 +14,12 @@ The compacted workload (`workload="compacted"`) runs keyed transactional produce
 on one topic with `cleanup.policy=compact`, tiny segments and an eager cleaner, waits for a
 cleaning round after the producers stop, and counts the cleaner's rounds on that topic from
 the broker's log (one "cleaned T-P [..)" line a round).
+
+With `mirror=True` (embedded only) a second embedded broker is the target of the mirror
+pipeline, run as a supervised child process from the start of the workload (mirror_run.py);
+`kill` kills either broker, `kill-mirror` the mirror's driver. At the end, after the source's
+final reads, the harness waits for the mirror to catch up, reads the target read_committed and
+checks that view against the source's (mirror_check.py).
 """
 
 from __future__ import annotations
@@ -39,7 +45,10 @@ from onceflow.verify.checker import CheckResult, check
 from onceflow.verify.faults import (
     BROKER_ONLY,
     DISK,
+    KILL,
+    KILL_MIRROR,
     PARTITION,
+    TARGET_BROKER,
     DiskUnavailableError,
     Nemesis,
     SimulatedFullDisk,
@@ -62,6 +71,15 @@ from onceflow.verify.history import (
     UNKNOWN,
     History,
 )
+from onceflow.verify.indexed_history import IndexedHistory
+from onceflow.verify.mirror_check import MIRROR_READ, check_mirror, source_ops
+from onceflow.verify.mirror_run import (
+    SupervisedMirror,
+    committed_ends,
+    read_target,
+    target_topic,
+    wait_caught_up,
+)
 from onceflow.verify.proxy import KafkaProxy
 from onceflow.verify.workers import WorkerPool
 from onceflow.verify.workload import (
@@ -69,6 +87,7 @@ from onceflow.verify.workload import (
     OFFSETS_READER,
     PRODUCER,
     READER,
+    ClientCounts,
     WorkloadSpec,
 )
 
@@ -96,6 +115,9 @@ COMPACTED_TOPIC_CONFIGS = {
 COMPACTED_BROKER_SETTINGS = {"log.cleaner.backoff.ms": "200"}
 KEYS_PER_PARTITION = 8  # per partition of the compacted topic: each overwritten often
 TOMBSTONE_RATIO = 0.1
+# For the mirror to copy what is left once the workload stops: at least this, or as long as
+# the run (the workload writes faster than the mirror copies).
+MIRROR_CATCH_UP_S = 300.0
 CLEANED_LINE = re.compile(r"cleaned (\S+)-(\d+) \[(\d+), (\d+)\)")
 
 
@@ -122,20 +144,16 @@ class VerifyError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class VerifyOptions:
+class VerifyOptions(ClientCounts):
     duration_s: float = 60.0
     faults: tuple[str, ...] = ()
     seed: int = 0
     bootstrap: str | None = None  # None: the embedded broker
     work_dir: Path | None = None  # kept; by default a temporary one, kept only on anomalies
-    producers: int = 3
-    copiers: int = 2
-    committed_readers: int = 2
-    uncommitted_readers: int = 1
     disk_size_mb: int = 256
     calm_s: tuple[float, float] = (1.0, 4.0)
-    transaction_timeout_ms: int = 10_000
     workload: str = DEFAULT  # or COMPACTED
+    mirror: bool = False  # a target broker and the mirror pipeline (embedded only)
 
     @property
     def embedded(self) -> bool:
@@ -221,6 +239,11 @@ def run_verify(
         for kind in BROKER_ONLY & set(kinds):
             unavailable[kind] = "needs the embedded broker"
         kinds = [k for k in kinds if k not in BROKER_ONLY]
+    if options.mirror and not options.embedded:
+        raise VerifyError("--mirror needs --embedded")
+    if KILL_MIRROR in kinds and not options.mirror:
+        unavailable[KILL_MIRROR] = "needs --mirror"
+        kinds.remove(KILL_MIRROR)
 
     disk: SmallDisk | SimulatedFullDisk | None = None
     broker: SupervisedBroker | None = None
@@ -228,6 +251,9 @@ def run_verify(
     pool: WorkerPool | None = None
     nemesis: Nemesis | None = None
     broker_log: _LogTail | None = None
+    target: SupervisedBroker | None = None
+    target_log: _LogTail | None = None
+    mirror: SupervisedMirror | None = None
     details: dict[str, Any] = {"topic_tag": tag}
     try:
         if options.embedded:
@@ -242,12 +268,16 @@ def run_verify(
                     broker_env = disk.broker_env
                     details["disk"] = f"simulated in the log layer ({e})"
             settings = {**EMBEDDED_SETTINGS, **(COMPACTED_BROKER_SETTINGS if compacted else {})}
-            embedded = EmbeddedBroker(data_dir, settings=settings, log_level="INFO", env=broker_env)
-            embedded.output = broker_log = _LogTail(work_dir / "logs" / "broker.log")
-            broker = SupervisedBroker(embedded, history)
             report(Progress("starting broker", 0, options.duration_s))
-            broker.start()
+            broker, broker_log = _broker(
+                data_dir, settings, broker_env, work_dir, "broker", history
+            )
             bootstrap = broker.bootstrap
+            if options.mirror:
+                report(Progress("starting target broker", 0, options.duration_s))
+                target, target_log = _broker(
+                    work_dir / "target-data", settings, {}, work_dir, "target-broker", history
+                )
         else:
             assert options.bootstrap is not None
             bootstrap = options.bootstrap
@@ -279,6 +309,16 @@ def run_verify(
         }
         history.append("harness", INFO, TOPICS, {"topics": created})
 
+        if target is not None:
+            mirror = SupervisedMirror(
+                bootstrap,
+                target.bootstrap,
+                f"verify-{tag}-.*",
+                work_dir,
+                history,
+                max(20_000, options.transaction_timeout_ms),
+            )
+            mirror.start()
         if PARTITION in kinds:
             proxy = KafkaProxy().start()
         route = proxy
@@ -303,7 +343,7 @@ def run_verify(
 
         nemesis = Nemesis(
             tuple(kinds),
-            Targets(broker, pool, proxy, disk),
+            Targets(broker, pool, proxy, disk, mirror, target),
             history,
             rng,
             calm=options.calm_s,
@@ -373,9 +413,26 @@ def run_verify(
             for isolation in (READ_COMMITTED, READ_UNCOMMITTED):
                 final_pass(bootstrap, workload, isolation, history, settle_s, tag)
             final_offsets(bootstrap, workload, history)
+            if mirror is not None and target is not None:
+                caught_up = _mirror_finish(
+                    max(MIRROR_CATCH_UP_S, options.duration_s),
+                    mirror,
+                    target,
+                    workload,
+                    history,
+                    tag,
+                    details,
+                    lambda name: report(
+                        Progress(name, time.monotonic() - run_started, options.duration_s)
+                    ),
+                )
+                if not caught_up:
+                    errors.append("the mirror did not catch up before the deadline")
         report(Progress("checking", time.monotonic() - run_started, options.duration_s))
         history.close()
-        result = check(history.ops)
+        result = check(source_ops(history.ops))
+        if mirror is not None:
+            result.anomalies.extend(check_mirror(history.ops, target_topic))
         # A run where nothing got through proves nothing: that is a failure, not a pass.
         if options.producers and not result.stats["committed"]:
             errors.append("no transaction committed: the workload made no progress")
@@ -389,12 +446,16 @@ def run_verify(
             pool.stop(timeout=5)
         if proxy is not None:
             proxy.close()
-        if broker is not None and broker.stop() not in (0, None):
-            notes.append("the broker did not shut down cleanly")
+        if mirror is not None:
+            mirror.stop()
+        for name, supervised in (("broker", broker), ("target broker", target)):
+            if supervised is not None and supervised.stop() not in (0, None):
+                notes.append(f"the {name} did not shut down cleanly")
         if disk is not None:
             disk.unmount()
-        if broker_log is not None:
-            broker_log.close()
+        for log in (broker_log, target_log):
+            if log is not None:
+                log.close()
         history.close()
     run = VerifyRun(
         options,
@@ -411,6 +472,61 @@ def run_verify(
     if temporary and run.ok:
         shutil.rmtree(work_dir, ignore_errors=True)
     return run
+
+
+def _broker(
+    data_dir: Path,
+    settings: dict[str, str],
+    env: dict[str, str],
+    work_dir: Path,
+    name: str,
+    history: History,
+) -> tuple[SupervisedBroker, _LogTail]:
+    """An embedded broker, started and supervised, its output in logs/{name}.log."""
+    embedded = EmbeddedBroker(data_dir, settings=settings, log_level="INFO", env=env)
+    embedded.output = log = _LogTail(work_dir / "logs" / f"{name}.log")
+    broker = SupervisedBroker(embedded, history, name)
+    broker.start()
+    return broker, log
+
+
+def _mirror_finish(
+    timeout_s: float,
+    mirror: SupervisedMirror,
+    target: SupervisedBroker,
+    workload: WorkloadSpec,
+    history: History,
+    tag: str,
+    details: dict[str, Any],
+    phase: Callable[[str], None],
+) -> bool:
+    """After the source's final reads: wait for the mirror to copy everything the source
+    committed, then read the target read_committed (False if it did not catch up in time)."""
+    source = IndexedHistory(source_ops(history.ops))
+    source.final_passes()
+    final = source.finals.get(READ_COMMITTED)
+    ends = committed_ends(final.at if final else {})
+
+    def shown(behind: int, partitions: int) -> None:
+        phase(f"mirror catching up: {behind} of {partitions} partitions behind")
+
+    caught_up = wait_caught_up(target.bootstrap, ends, timeout_s, shown)
+    details["mirror_caught_up"] = caught_up
+    details["mirror_exits"], details["mirror_restarts"] = mirror.exits, mirror.restarts
+    details["target_broker_restarts"] = target.restarts
+    phase("target final read")
+    read_target(target.bootstrap, workload, history, 60.0, tag)
+    details["mirror_values"] = sum(
+        len(op.value.get("records", []))
+        for op in history.ops
+        if op.process == MIRROR_READ and op.f == POLL and op.type == OK
+    )
+    details["target_kills"] = sum(
+        op.f == KILL and op.type == OK and op.value.get("target") == TARGET_BROKER
+        for op in history.ops
+        if op.process == NEMESIS
+    )
+    return caught_up
 
 
 def cleaner_rounds(broker_log: Path, topics: set[str]) -> int:

@@ -14,6 +14,7 @@ from onceflow.verify.harness import VerifyRun
 
 MAX_ANOMALIES_PER_KIND = 1000  # in the JSON report; the counts are always complete
 EXAMPLES_PER_KIND = 3  # in the table
+MIRROR_FIGURES = ("mirror_caught_up", "mirror_values", "target_kills", "mirror_exits")
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -56,6 +57,11 @@ def operations_table(run: VerifyRun) -> Table:
         rows.append(
             ("input all copied at the end", "yes" if run.details["copiers_drained"] else "no")
         )
+    if "mirror_caught_up" in run.details:
+        rows += [
+            ("mirror caught up at the end", "yes" if run.details["mirror_caught_up"] else "no"),
+            ("values on the target (final read)", run.details.get("mirror_values", 0)),
+        ]
     for name, value in rows:
         table.add_row(name, str(value))
     return table
@@ -68,9 +74,13 @@ def faults_table(run: VerifyRun) -> Table:
             table.add_row(kind, f"unavailable: {run.unavailable[kind]}")
         else:
             table.add_row(kind, str(run.faults_injected.get(kind, 0)))
+            if kind == "kill" and "target_kills" in run.details:
+                table.add_row("  of which the target broker", str(run.details["target_kills"]))
     exits = run.details.get("broker_exits")
     if exits:
         table.add_row("broker halts (restarted)", str(exits))
+    if run.details.get("mirror_exits"):
+        table.add_row("mirror driver exits (restarted)", str(run.details["mirror_exits"]))
     if not run.options.faults:
         table.add_row("none", "0")
     return table
@@ -118,6 +128,7 @@ def summary(run: VerifyRun) -> dict[str, Any]:
             if "cleaner_rounds" in run.details
             else {}
         ),
+        **{k: run.details[k] for k in MIRROR_FIGURES if k in run.details},
         "errors": run.errors,
     }
 

@@ -61,20 +61,27 @@ COPY_MARK = ">"  # an output value is `<input value>><copier transaction>`
 
 
 @dataclass(frozen=True)
-class WorkloadSpec:
+class ClientCounts:
+    """How many client processes of each role a run starts, and their transaction timeout:
+    chosen in the run's options (harness.VerifyOptions), carried by its workload."""
+
+    producers: int = 3
+    copiers: int = 2
+    committed_readers: int = 2
+    uncommitted_readers: int = 1
+    transaction_timeout_ms: int = 10_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadSpec(ClientCounts):
     """What the clients do; shared by the harness, the workers and the checker."""
 
     topics: dict[str, int]  # topics the producers write: name -> partitions
     copy_output: str
     copy_output_partitions: int
     copy_group: str
-    producers: int = 3
-    copiers: int = 2
-    committed_readers: int = 2
-    uncommitted_readers: int = 1
     abort_ratio: float = 0.2
     copy_abort_ratio: float = 1 / 3  # as Kafka's transactions system test
-    transaction_timeout_ms: int = 10_000
     max_partitions_per_txn: int = 3
     max_values_per_partition: int = 3
     keys_per_partition: int = 0  # > 0: keyed writes (the compacted workload)
