@@ -29,6 +29,7 @@ from onceflow.cli.options import (
     AdminSession,
     BootstrapServer,
     CliError,
+    CommandConfig,
     UsageError,
     command_group,
     connect_admin,
@@ -296,6 +297,7 @@ def _changing_command(removing: bool) -> Any:
         idempotent: Idempotent = False,
         force: Force = False,
         bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+        command_config: CommandConfig = None,
     ) -> None:
         kind = pattern_type(resource_pattern_type, filters=removing)
         resources = Resources.named(topic, group, transactional_id, cluster, kind)
@@ -338,6 +340,7 @@ def list_acls(
     resource_pattern_type: PatternTypeOption = "literal",
     principal: Principals = None,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """List ACLs: all of them, or those of the resources (and principals) given."""
     resources = Resources.named(

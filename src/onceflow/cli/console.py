@@ -34,6 +34,7 @@ from onceflow.cli.options import (
     BootstrapServer,
     ClientErrors,
     CliError,
+    CommandConfig,
     ConsumerProperties,
     ProducerProperties,
     TopicNotFoundError,
@@ -168,6 +169,7 @@ def produce_command(
     ] = Compression.none,
     producer_property: ProducerProperties = None,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Write each line of stdin to TOPIC as one record (idempotent producer)."""
     props = parse_pairs(properties or [], "--property")
@@ -344,6 +346,7 @@ def consume_command(
     properties: Properties = None,
     consumer_property: ConsumerProperties = None,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Print records of TOPIC to stdout, one per line."""
     require_at_least(

@@ -26,6 +26,7 @@ from onceflow.cli.options import (
     AdminSession,
     BootstrapServer,
     CliError,
+    CommandConfig,
     UsageError,
     command_group,
     connect_admin,
@@ -47,6 +48,7 @@ GroupId = Annotated[str, typer.Argument(metavar="GROUP", help="Consumer group id
 def list_groups(
     state: Annotated[bool, typer.Option("--state", help="Show each group's state too.")] = False,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """List consumer group ids, one per line."""
     session = connect_admin(bootstrap_server)
@@ -87,6 +89,7 @@ class OffsetRow:
 def describe_group(
     group: GroupId,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Per partition: committed offset, log end offset, lag and owning member."""
     session = connect_admin(bootstrap_server)
@@ -165,6 +168,7 @@ def reset_offsets(
         bool, typer.Option("--dry-run", help="Only show the new offsets (the default).")
     ] = False,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Show (or, with --execute, commit) new offsets for an inactive group."""
     targets = {"earliest": to_earliest, "latest": to_latest, "offset": to_offset is not None}
@@ -204,7 +208,11 @@ def reset_offsets(
 
 
 @groups_app.command("delete")
-def delete_group(group: GroupId, bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP) -> None:
+def delete_group(
+    group: GroupId,
+    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
+) -> None:
     """Delete an inactive consumer group and its committed offsets."""
     session = connect_admin(bootstrap_server)
     futures = session.admin.delete_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)

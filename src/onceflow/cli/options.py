@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -24,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+from onceflow.client_properties import ClientPropertiesError, load_client_properties
 from onceflow.librdkafka_log import QUIET
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -41,6 +43,36 @@ BootstrapServer = Annotated[
         help="Broker(s) to connect to, comma-separated.",
     ),
 ]
+
+# What --command-config FILE loaded, for every client this invocation makes (client_config
+# and cluster_security read it); set by the option's callback, reset by each invocation.
+_command_settings: dict[str, str] = {}
+
+
+def _load_command_config(value: Path | None) -> Path | None:
+    _command_settings.clear()
+    if value is not None:
+        try:
+            _command_settings.update(load_client_properties(value))
+        except ClientPropertiesError as e:
+            raise typer.BadParameter(str(e)) from None
+    return value
+
+
+CommandConfig = Annotated[
+    Path | None,
+    typer.Option(
+        "--command-config",
+        metavar="FILE",
+        help="Client settings (security.protocol, sasl.*, ssl.*), a Kafka properties file.",
+        callback=_load_command_config,
+    ),
+]
+
+
+def command_settings() -> dict[str, str]:
+    """The client settings --command-config gave (librdkafka's names), or none."""
+    return dict(_command_settings)
 
 
 def _client_settings(client: str) -> Any:
@@ -203,6 +235,7 @@ def client_config(
         "error_cb": errors,
         "logger": QUIET,  # librdkafka's lines repeat what error_cb delivers
         "socket.connection.setup.timeout.ms": int(CONNECT_TIMEOUT_S * 1000),
+        **_command_settings,
     }
     config.update(overrides or {})
     return config

@@ -29,6 +29,7 @@ from onceflow.cli.options import (
     AdminSession,
     BootstrapServer,
     CliError,
+    CommandConfig,
     TopicNotFoundError,
     UsageError,
     command_group,
@@ -71,6 +72,7 @@ def create_topic(
         bool, typer.Option("--if-not-exists", help="Succeed quietly if the topic exists.")
     ] = False,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Create a topic."""
     require_at_least(
@@ -100,6 +102,7 @@ def create_topic(
 def list_topics(
     exclude_internal: ExcludeInternal = False,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """List topic names, one per line."""
     session = connect_admin(bootstrap_server)
@@ -114,6 +117,7 @@ def describe_topics(
     ] = None,
     exclude_internal: ExcludeInternal = False,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Partitions, leaders, earliest/latest offsets and config overrides of topics."""
     session = connect_admin(bootstrap_server)
@@ -136,6 +140,7 @@ def delete_topic(
         bool, typer.Option("--if-exists", help="Succeed quietly if the topic does not exist.")
     ] = False,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Delete a topic."""
     session = connect_admin(bootstrap_server)
@@ -176,6 +181,7 @@ def alter_topic(
         ),
     ] = None,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Set or remove topic config overrides (IncrementalAlterConfigs)."""
     pairs = parse_pairs(add_config or [], "--add-config")

@@ -21,6 +21,8 @@ from onceflow.cli.options import (
     BrokerUnreachableError,
     CliError,
     TopicNotFoundError,
+    UsageError,
+    command_settings,
     note,
     parse_bootstrap,
 )
@@ -34,6 +36,7 @@ from onceflow.protocol.client import (
     KafkaResponseError,
     error_name,
 )
+from onceflow.protocol.client_security import ClientSecurity, ClientSecurityError
 from onceflow.protocol.entities import build, sibling
 
 # As Kafka's tool: DescribeProducers in batches, so no single request is huge.
@@ -64,11 +67,16 @@ COMPLETING_STATES = frozenset({TxnState.prepare_commit.value, TxnState.prepare_a
 def cluster(bootstrap: str) -> Iterator[KafkaClient]:
     """A protocol client connected to the cluster; its errors become one-line CliErrors."""
     bootstrap = parse_bootstrap(bootstrap)
+    try:
+        security = ClientSecurity.from_settings(command_settings())
+    except ClientSecurityError as e:
+        raise UsageError(f"--command-config: {e}") from None
     client = KafkaClient(
         bootstrap,
         client_id="onceflow-cli",
         connect_timeout_s=CONNECT_TIMEOUT_S,
         request_timeout_s=REQUEST_TIMEOUT_S,
+        security=security,
     )
     try:
         try:

@@ -31,6 +31,7 @@ from onceflow.cli.options import (
     BootstrapServer,
     ClientErrors,
     CliError,
+    CommandConfig,
     TopicNotFoundError,
     UsageError,
     client_config,
@@ -137,6 +138,7 @@ def list_command(
         ),
     ] = None,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """List transactional ids, their coordinator, producer id and state."""
     states = [_state_name(s) for s in state or []]
@@ -157,6 +159,7 @@ def list_command(
 def describe_command(
     transactional_id: TransactionalId,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Show a transactional id's state, producer id and epoch, timeout, start and partitions."""
     _require_id(transactional_id)
@@ -170,6 +173,7 @@ def describe_producers_command(
     topic: Annotated[str, typer.Option("--topic", help="Topic name.")],
     partition: Annotated[int, typer.Option("--partition", min=0, help="Partition number.")],
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Show the active producers of a partition and their open transactions."""
     with cluster(bootstrap_server) as client:
@@ -257,6 +261,7 @@ def find_hanging_command(
         ),
     ] = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Find open transactions on partitions that no coordinator will ever complete."""
     if partition is not None and topic is None:
@@ -334,6 +339,7 @@ def abort_command(
         int | None, typer.Option("--coordinator-epoch", help="With --producer-id.")
     ] = None,
     bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfig = None,
 ) -> None:
     """Abort a transaction: by transactional id (fencing its producer), or a hanging one on a
     partition (by --start-offset, or by --producer-id/--producer-epoch/--coordinator-epoch)."""

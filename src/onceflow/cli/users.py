@@ -26,6 +26,7 @@ from confluent_kafka.admin import (
 from onceflow.broker.data_dir import META_PROPERTIES, DataDirError, open_data_dir, read_properties
 from onceflow.cli.options import (
     CliError,
+    CommandConfig,
     UsageError,
     connect_admin,
     kafka_error_text,
@@ -82,6 +83,7 @@ def set_user(
     ] = DEFAULT_ITERATIONS,
     data_dir: DataDir = None,
     bootstrap_server: OptionalBootstrap = None,
+    command_config: CommandConfig = None,
 ) -> None:
     """Create a user or change its password for one mechanism."""
     scram = _mechanism(mechanism)
@@ -109,7 +111,11 @@ def set_user(
 
 
 @users_app.command("list")
-def list_users(data_dir: DataDir = None, bootstrap_server: OptionalBootstrap = None) -> None:
+def list_users(
+    data_dir: DataDir = None,
+    bootstrap_server: OptionalBootstrap = None,
+    command_config: CommandConfig = None,
+) -> None:
     """List users and their mechanisms (iterations), never a secret."""
     rows: list[tuple[str, str, int]] = []
     if _offline(data_dir, bootstrap_server):
@@ -142,6 +148,7 @@ def delete_user(
     ] = None,
     data_dir: DataDir = None,
     bootstrap_server: OptionalBootstrap = None,
+    command_config: CommandConfig = None,
 ) -> None:
     """Delete a user's credentials (of one mechanism, or all)."""
     names = [_mechanism(mechanism).name] if mechanism else list(MECHANISMS)

@@ -61,7 +61,7 @@ from onceflow.mirror.replication_policy import (
     ReplicationPolicyError,
     subscription_pattern,
 )
-from onceflow.pipelines.session import run_until, session
+from onceflow.pipelines.session import client_properties_file, run_until, session
 from onceflow.spark.options import SourceOptions
 from onceflow.spark.topic_offsets import TopicOffsets
 
@@ -189,6 +189,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trigger-interval", default=None, help="e.g. 1s, 500ms [as fast as it can]")
     p.add_argument("--source-property", action="append", default=[], metavar="K=V")
     p.add_argument("--target-property", action="append", default=[], metavar="K=V")
+    for side in ("source", "target"):
+        p.add_argument(
+            f"--{side}-command-config",
+            type=client_properties_file,
+            default={},
+            metavar="FILE",
+            help=f"Client settings for the {side} cluster, a Kafka properties file "
+            f"(--{side}-property settings override it).",
+        )
     p.add_argument(
         "--at-least-once", action="store_true", help="Plain producer, no positions: to compare."
     )
@@ -215,8 +224,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = parser()
     args = p.parse_args(argv)
     try:
-        source_props = parse_pairs(args.source_property, "--source-property")
-        target_props = parse_pairs(args.target_property, "--target-property")
+        source_props = {
+            **args.source_command_config,
+            **parse_pairs(args.source_property, "--source-property"),
+        }
+        target_props = {
+            **args.target_command_config,
+            **parse_pairs(args.target_property, "--target-property"),
+        }
         mirror = dict(
             source=args.source_bootstrap_server,
             target=args.target_bootstrap_server,

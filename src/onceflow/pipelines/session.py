@@ -7,12 +7,14 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from onceflow.client_properties import ClientPropertiesError, load_client_properties
 from onceflow.spark import local_session, register
 
 
@@ -43,6 +45,15 @@ def add_common_arguments(
         help="Stop once every available record is processed.",
     )
     p.add_argument("--master", default=None, help="Spark master [local[2,4]].")
+    p.add_argument(
+        "--command-config",
+        dest="client",
+        type=client_properties_file,
+        default={},
+        metavar="FILE",
+        help="Client settings of the source and the sink (security.protocol, sasl.*, ssl.*): "
+        "a Kafka properties file, as the onceflow tools take.",
+    )
     for option, dest, default, what in (
         ("--input", "input_topic", input_topic, "The topic it reads"),
         ("--output", "output_topic", output_topic, "The topic it writes"),
@@ -56,6 +67,14 @@ def add_common_arguments(
             required=not default,
             help=f"{what}{where}.",
         )
+
+
+def client_properties_file(path: str) -> dict[str, str]:
+    """An argparse `type`: the librdkafka settings of a properties file (one-line error)."""
+    try:
+        return load_client_properties(Path(path))
+    except ClientPropertiesError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def session(app_name: str, master: str | None) -> SparkSession:
@@ -78,17 +97,23 @@ class PipelineOptions:
     prefix: str | None = None
     exactly_once: bool = True
     max_offsets_per_trigger: int | None = None
+    client: dict[str, str] = field(default_factory=dict)  # settings of every client it makes
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> PipelineOptions:
         """From the options add_common_arguments declared."""
         return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
 
+    def kafka_options(self) -> dict[str, str]:
+        """The client settings as the source's and sink's `kafka.`-prefixed options."""
+        return {f"kafka.{key}": value for key, value in self.client.items()}
+
     def source(self, spark: SparkSession) -> DataFrame:
         """The input topic from its earliest offsets, read_committed."""
         reader = (
             spark.readStream.format("onceflow")
             .option("kafka.bootstrap.servers", self.bootstrap)
+            .options(**self.kafka_options())
             .option("subscribe", self.input_topic)
             .option("startingOffsets", "earliest")
         )
@@ -102,6 +127,7 @@ class PipelineOptions:
         writer = (
             df.writeStream.format("onceflow")
             .option("kafka.bootstrap.servers", self.bootstrap)
+            .options(**self.kafka_options())
             .option("checkpointLocation", self.checkpoint)
             .option("exactlyOnce", str(self.exactly_once).lower())
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import socket
+import ssl
 import struct
 import time
 import types
@@ -35,6 +36,7 @@ from kio.static.primitive import i64
 
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.bounds import skip_tagged_fields
+from onceflow.protocol.client_security import AuthenticationError, ClientSecurity
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.errors import ProtocolError
 
@@ -60,6 +62,7 @@ RETRIABLE_ROUTE_ERRORS = frozenset(
     }
 )
 
+PLAINTEXT = ClientSecurity()
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")
 _ERROR_CODE = struct.Struct(">h")
@@ -187,12 +190,14 @@ class BrokerConnection:
         client_id: str = CLIENT_SOFTWARE_NAME,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
+        self.security = security
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._socket: socket.socket | None = None
         self._correlation_id = 0
@@ -227,7 +232,15 @@ class BrokerConnection:
             ) from None
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
+            self._socket = self.security.wrap(self._socket, self.host)
+        except (OSError, ssl.SSLError) as e:
+            self.close()
+            reason = f"TLS handshake failed ({getattr(e, 'reason', None) or e})"
+            raise BrokerConnectionError(f"{self.address}: {reason}", reason) from None
+        try:
             self._negotiate()
+            if self.security.uses_sasl:
+                self._authenticate()
         except KafkaClientError:
             self.close()
             raise
@@ -265,6 +278,36 @@ class BrokerConnection:
                 )
             version = min(ranges[ApiKey.API_VERSIONS][1], kio_versions(ApiKey.API_VERSIONS)[1])
         raise UnsupportedApiError(f"{self.address} accepts no ApiVersions version this client has")
+
+    def _authenticate(self) -> None:
+        """SaslHandshake, then the mechanism's SaslAuthenticate round trips (KIP-152)."""
+        handshake = self.send(
+            build(self.request_class(ApiKey.SASL_HANDSHAKE), mechanism=self.security.mechanism)
+        )
+        if handshake.error_code != ErrorCode.none:
+            raise KafkaResponseError(
+                handshake.error_code,
+                f"{self.address} does not offer SASL {self.security.mechanism} "
+                f"(it offers {', '.join(handshake.mechanisms) or 'none'})",
+            )
+        authenticate = self.request_class(ApiKey.SASL_AUTHENTICATE)
+
+        def exchange(token: bytes) -> bytes:
+            response = self.send(build(authenticate, auth_bytes=token))
+            if response.error_code != ErrorCode.none:
+                raise KafkaResponseError(
+                    response.error_code,
+                    f"authentication as {self.security.username!r} at {self.address} failed"
+                    f" ({response.error_message or error_name(response.error_code)})",
+                )
+            return bytes(response.auth_bytes)
+
+        try:
+            self.security.authenticate(exchange)
+        except AuthenticationError as e:
+            raise KafkaResponseError(
+                ErrorCode.sasl_authentication_failed, f"authentication at {self.address}: {e}"
+            ) from None
 
     @staticmethod
     def _api_versions_request(version: int) -> Any:
@@ -468,6 +511,7 @@ class KafkaClient:
         client_id: str = CLIENT_SOFTWARE_NAME,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         if isinstance(bootstrap, str):
             self.bootstrap = [parse_address(a) for a in bootstrap.split(",") if a.strip()]
@@ -478,6 +522,7 @@ class KafkaClient:
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
+        self.security = security
         self.brokers: dict[int, BrokerNode] = {}
         self._leaders: dict[tuple[str, int], int] = {}
         self._partitions: dict[str, list[int]] = {}
@@ -540,6 +585,7 @@ class KafkaClient:
             client_id=self.client_id,
             connect_timeout_s=self.connect_timeout_s,
             request_timeout_s=self.request_timeout_s,
+            security=self.security,
         )
         self._connections[(host, port)] = connection
         return connection

@@ -174,6 +174,54 @@ class ScramServer:
         return b"v=" + base64.b64encode(server_signature)
 
 
+class ScramClient:
+    """The client's side of one exchange (onceflow's own protocol client): first(), then
+    final(server-first), then verify(server-final), which checks the server's signature."""
+
+    def __init__(self, mechanism: ScramMechanism, username: str, password: str) -> None:
+        self.mechanism = mechanism
+        self._password = password
+        name = username.replace("=", "=3D").replace(",", "=2C")
+        self._client_first_bare = f"n={name},r={secrets.token_urlsafe(24)}"
+        self._server_signature = b""
+
+    def first(self) -> bytes:
+        return f"n,,{self._client_first_bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        message = _decode(server_first)
+        attributes = _attributes(message)
+        nonce = attributes.get("r", "")
+        own_nonce = self._client_first_bare.rpartition("r=")[2]
+        if not nonce.startswith(own_nonce):
+            raise ScramError("server-first message does not extend the client's nonce")
+        try:
+            salt = base64.b64decode(attributes["s"], validate=True)
+            iterations = int(attributes["i"])
+        except (KeyError, ValueError):
+            raise ScramError("server-first message lacks a valid salt or iteration count") from None
+        if iterations < self.mechanism.min_iterations:
+            raise ScramError(f"server asks for {iterations} iterations, under the minimum")
+        salted = salted_password(self.mechanism, self._password, salt, iterations)
+        without_proof = f"c={base64.b64encode(b'n,,').decode()},r={nonce}"
+        auth_message = f"{self._client_first_bare},{message},{without_proof}".encode()
+        client_key = _hmac(self.mechanism, salted, b"Client Key")
+        stored_key = hashlib.new(self.mechanism.hash_name, client_key).digest()
+        signature = _hmac(self.mechanism, stored_key, auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        server_key = _hmac(self.mechanism, salted, b"Server Key")
+        self._server_signature = _hmac(self.mechanism, server_key, auth_message)
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        attributes = _attributes(_decode(server_final))
+        if "e" in attributes:
+            raise ScramError(f"the server refused the proof: {attributes['e']}")
+        signature = base64.b64decode(attributes.get("v", ""))
+        if not hmac.compare_digest(signature, self._server_signature):
+            raise ScramError("the server's signature does not match: not the real server")
+
+
 def _hmac(mechanism: ScramMechanism, key: bytes, message: bytes) -> bytes:
     return hmac.new(key, message, mechanism.hash_name).digest()
 
