@@ -163,16 +163,17 @@ def test_copy_as_a_user_with_only_the_pipeline_acls_is_exactly_once(
     assert markers > 2 * 2, f"{markers} markers: no task was retried, the test proves nothing"
 
 
-def test_a_user_without_acls_gets_an_authorization_error(
+def test_a_user_without_acls_gets_authorization_errors(
     spark: SparkSession, secured: EmbeddedBroker, certs: Certs, topics: list[str]
 ) -> None:
+    options = spark_options(secured, certs, "nobody")
     df = spark.createDataFrame([("k", "v")], "key string, value string")
-    writer = (
-        df.write.format("onceflow")
-        .options(**spark_options(secured, certs, "nobody"))
-        .option("topic", OUTPUT)
-        .mode("append")
-    )
+    writer = df.write.format("onceflow").options(**options).option("topic", OUTPUT)
     with pytest.raises((PySparkException, Py4JJavaError)) as failure:
-        writer.save()
+        writer.mode("append").save()
     assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in str(failure.value)
+    # the source fails too, rather than finding no partition and reading nothing
+    reader = spark.read.format("onceflow").options(**options).option("subscribe", SOURCE)
+    with pytest.raises((PySparkException, Py4JJavaError)) as failure:
+        reader.load().collect()
+    assert "TOPIC_AUTHORIZATION_FAILED" in str(failure.value)
