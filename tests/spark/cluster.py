@@ -23,6 +23,8 @@ import sysconfig
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,5 +202,28 @@ def submit(
         stderr=subprocess.STDOUT,
         env=clean_env(cluster.python, PYTHONPATH=str(py_files).split(",")[0]),
         cwd=log.parent,
-        start_new_session=True,
+        start_new_session=True,  # its own process group: its driver JVM and Python workers
     )
+
+
+@contextmanager
+def submitted(
+    cluster: StandaloneCluster, py_files: Path | str, script: Path, *args: str, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """submit(), and the job's process group killed on the way out if it is still running."""
+    job = submit(cluster, py_files, script, *args, log=log)
+    try:
+        yield job
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+
+
+def wait_success(job: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    """The job must exit 0 within `timeout` seconds; else fail with the end of its log."""
+    try:
+        code = job.wait(timeout)
+    except subprocess.TimeoutExpired:
+        code = None
+    assert code == 0, f"spark-submit: exit code {code}:\n{log.read_text()[-4000:]}"

@@ -4,7 +4,6 @@ one-core workers from the pyspark package, separate executor JVMs), onceflow shi
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,9 +18,10 @@ from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.pipelines.topic_reader import read_topic
 from onceflow.pipelines.wordcount_check import check_counts, words_of
 
-from .cluster import StandaloneCluster, executor_python, onceflow_zip, submit
+from .cluster import StandaloneCluster, executor_python, onceflow_zip, submitted, wait_success
 from .conftest import ROOT
 from .copy_job import check_output
+from .file_inputs import TRANSACTION_IDS, transaction_files
 from .kafka_io import committed_batches, create_topic, produce, read_values, wait_mid_batch
 from .test_mirror import Source, check_mirrored
 from .word_count_runs import sentences
@@ -62,14 +62,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, python: Path) -> Iterator[
 def run(cluster: StandaloneCluster, shipped: Path, tmp_path: Path, script: str, *args: str) -> None:
     """spark-submit `script` with `args` (it stops once caught up); it must exit 0."""
     log = tmp_path / f"{script}.log"
-    job = submit(cluster, shipped, PIPELINES / script, *args, "--until-caught-up", log=log)
-    try:
-        code = job.wait(RUN_TIMEOUT_S)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(30)
-    assert code == 0, log.read_text()[-4000:]
+    with submitted(
+        cluster, shipped, PIPELINES / script, *args, "--until-caught-up", log=log
+    ) as job:
+        wait_success(job, log, RUN_TIMEOUT_S)
 
 
 SLOW_TRANSFORM = """
@@ -82,17 +78,19 @@ def identity(key, value):
 """
 
 
-def names(*parts: str) -> list[str]:
+def new_topics(bootstrap: str, *parts: str) -> list[str]:
+    """Topics named `part-<random suffix>`, created."""
     suffix = uuid.uuid4().hex[:8]
-    return [f"{part}-{suffix}" for part in parts]
+    names = [f"{part}-{suffix}" for part in parts]
+    for name in names:
+        create_topic(bootstrap, name)
+    return names
 
 
 def test_wordcount(
     cluster: StandaloneCluster, shipped: Path, bootstrap: str, tmp_path: Path
 ) -> None:
-    source, counts = names("sentences", "counts")
-    for topic in (source, counts):
-        create_topic(bootstrap, topic)
+    source, counts = new_topics(bootstrap, "sentences", "counts")
     written = sentences(300)
     produce(bootstrap, source, written)
     run(
@@ -108,23 +106,16 @@ def test_wordcount(
 def test_file_transactions(
     cluster: StandaloneCluster, shipped: Path, bootstrap: str, tmp_path: Path
 ) -> None:
-    locations, out, dlq = names("files", "tx", "dlq")
-    for topic in (locations, out, dlq):
-        create_topic(bootstrap, topic)
-    good = tmp_path / "good.csv"  # the executors share this machine's disk
-    good.write_text("id,amount\n" + "".join(f"t{i},{i}.5\n" for i in range(50)))
-    lines = tmp_path / "more.jsonl"
-    lines.write_text("".join(json.dumps({"id": f"j{i}", "amount": i}) + "\n" for i in range(30)))
-    bad = tmp_path / "bad.csv"
-    bad.write_text("id,amount\nx1,1\nx2,not-a-number\n")
-    produce(bootstrap, locations, [str(good), lines.as_uri(), str(bad)])
+    locations, out, dlq = new_topics(bootstrap, "files", "tx", "dlq")
+    files, bad = transaction_files(tmp_path)  # the executors share this machine's disk
+    produce(bootstrap, locations, files)
     run(
         cluster, shipped, tmp_path, "file_transactions.py",
         "--bootstrap-server", bootstrap, "--input", locations, "--output", out,
         "--dead-letters", dlq, "--checkpoint", str(tmp_path / "cp"),
     )  # fmt: skip
     ids = sorted(r.key.decode() for r in read_topic(bootstrap, out))
-    assert ids == sorted([f"t{i}" for i in range(50)] + [f"j{i}" for i in range(30)])
+    assert ids == TRANSACTION_IDS
     [letter] = read_topic(bootstrap, dlq)
     assert letter.key == str(bad).encode()
 
@@ -152,22 +143,19 @@ def test_mirror(
 def test_copy_through_an_executor_sigkill(
     cluster: StandaloneCluster, shipped: Path, bootstrap: str, tmp_path: Path
 ) -> None:
-    source, target = names("in", "out")
-    for topic in (source, target):
-        create_topic(bootstrap, topic)
+    source, target = new_topics(bootstrap, "in", "out")
     values = [f"v{i}-" + "x" * 200 for i in range(3000)]
     produce(bootstrap, source, values)
     # a user's transform, shipped with --py-files too: it slows each task to about a second,
     # so that the kill lands inside a task
     (tmp_path / "slow_copy.py").write_text(SLOW_TRANSFORM)
     checkpoint, log = tmp_path / "cp", tmp_path / "copy.log"
-    job = submit(
+    with submitted(
         cluster, f"{shipped},{tmp_path / 'slow_copy.py'}", PIPELINES / "copy_topic.py",
         "--bootstrap-server", bootstrap, "--input", source, "--output", target,
         "--checkpoint", str(checkpoint), "--max-offsets-per-trigger", "300",
         "--transform", "slow_copy:identity", "--until-caught-up", log=log,
-    )  # fmt: skip
-    try:
+    ) as job:  # fmt: skip
         # mid-batch: a micro-batch after the first has written part of its output, so the
         # executors (one task each) are inside their transactions
         wait_mid_batch(checkpoint, bootstrap, target, 0, RUN_TIMEOUT_S)
@@ -175,12 +163,7 @@ def test_copy_through_an_executor_sigkill(
         victim = cluster.executor_pids()[0]
         os.kill(victim, signal.SIGKILL)
         done_before_kill = len(committed_batches(checkpoint))
-        code = job.wait(RUN_TIMEOUT_S)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(30)
-    assert code == 0, log.read_text()[-4000:]
+        wait_success(job, log, RUN_TIMEOUT_S)
     assert done_before_kill < len(committed_batches(checkpoint)), "killed after the last batch"
     assert victim not in cluster.executor_pids()
     check_output(read_values(bootstrap, target), values, exactly_once=True)

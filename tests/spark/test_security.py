@@ -111,16 +111,6 @@ def topics(secured: EmbeddedBroker, certs: Certs) -> list[str]:
     return values
 
 
-@pytest.fixture
-def small_arrow_batches(spark: SparkSession) -> Iterator[None]:
-    """Rows reach the sink in batches of 25, so a task can fail part-way through its rows."""
-    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    before = spark.conf.get(key)
-    spark.conf.set(key, "25")
-    yield
-    spark.conf.set(key, before)
-
-
 def test_copy_as_a_user_with_only_the_pipeline_acls_is_exactly_once(
     spark: SparkSession,
     secured: EmbeddedBroker,
