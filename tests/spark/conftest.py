@@ -38,6 +38,16 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture
+def small_arrow_batches(spark: SparkSession) -> Iterator[None]:
+    """Rows reach the sink in batches of 25, so a task can fail part-way through its rows."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "25")
+    yield
+    spark.conf.set(key, before)
+
+
 @pytest.fixture(autouse=True)
 def _drop_cached_clients() -> Iterator[None]:
     """Tests that run sink tasks in this process leave no client behind for the next broker."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -13,8 +13,15 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from tests.waiting import wait_for
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def _client(bootstrap: str, config: Mapping[str, object] | None) -> dict[str, object]:
+    """A client of `bootstrap`, with `config` (security settings, ...) on top."""
+    return {"bootstrap.servers": bootstrap, **(config or {})}
+
+
+def create_topic(
+    bootstrap: str, name: str, partitions: int = 2, config: Mapping[str, object] | None = None
+) -> None:
+    admin = AdminClient(_client(bootstrap, config))
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
 
 
@@ -24,11 +31,15 @@ def add_partitions(bootstrap: str, name: str, total: int) -> None:
 
 
 def produce(
-    bootstrap: str, topic: str, values: Iterable[str], partition: int | None = None
+    bootstrap: str,
+    topic: str,
+    values: Iterable[str],
+    partition: int | None = None,
+    config: Mapping[str, object] | None = None,
 ) -> None:
     """Plain produce, one record per value (key = value), waiting for every delivery."""
     errors: list[KafkaError] = []
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    producer = Producer({**_client(bootstrap, config), "linger.ms": 5, "acks": "all"})
     for value in values:
         kwargs = {} if partition is None else {"partition": partition}
         producer.produce(
@@ -58,12 +69,14 @@ def produce_transaction(
         producer.abort_transaction(30)
 
 
-def end_offsets(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
+def end_offsets(
+    bootstrap: str, topic: str, isolation: str, config: Mapping[str, object] | None = None
+) -> dict[int, int]:
     """Per partition: last stable offset (read_committed) or high watermark."""
     from confluent_kafka import IsolationLevel
     from confluent_kafka.admin import OffsetSpec
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(_client(bootstrap, config))
     metadata = admin.list_topics(topic, timeout=30)
     level = (
         IsolationLevel.READ_COMMITTED
@@ -78,12 +91,14 @@ def end_offsets(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
     return {tp.partition: f.result().offset for tp, f in futures.items()}
 
 
-def wait_stable(bootstrap: str, topic: str, timeout: float = 30) -> None:
+def wait_stable(
+    bootstrap: str, topic: str, timeout: float = 30, config: Mapping[str, object] | None = None
+) -> None:
     """Wait until no transaction is open on `topic`: last stable offsets = high watermarks."""
     wait_for(
         lambda: (
-            end_offsets(bootstrap, topic, "read_committed")
-            == end_offsets(bootstrap, topic, "read_uncommitted")
+            end_offsets(bootstrap, topic, "read_committed", config)
+            == end_offsets(bootstrap, topic, "read_uncommitted", config)
         ),
         timeout,
         f"every transaction on {topic} to complete (one stayed open)",
@@ -91,7 +106,11 @@ def wait_stable(bootstrap: str, topic: str, timeout: float = 30) -> None:
 
 
 def read_values(
-    bootstrap: str, topic: str, isolation: str = "read_committed", timeout: float = 60
+    bootstrap: str,
+    topic: str,
+    isolation: str = "read_committed",
+    timeout: float = 60,
+    config: Mapping[str, object] | None = None,
 ) -> list[str]:
     """Every value visible at `isolation` up to the current end offsets, in partition order.
 
@@ -99,11 +118,11 @@ def read_values(
     offset = high watermark): commit markers are written after commit_transaction() returns.
     """
     if isolation == "read_committed":
-        wait_stable(bootstrap, topic)
-    ends = end_offsets(bootstrap, topic, isolation)
+        wait_stable(bootstrap, topic, config=config)
+    ends = end_offsets(bootstrap, topic, isolation, config)
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **_client(bootstrap, config),
             "group.id": "spark-tests-reader",
             "enable.auto.commit": False,
             "isolation.level": isolation,

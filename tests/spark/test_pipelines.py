@@ -13,6 +13,7 @@ from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.pipelines import copy_topic, file_transactions
 from onceflow.pipelines.topic_reader import read_topic
 from onceflow.pipelines.wordcount_check import check_counts, words_of
+from tests.spark.file_inputs import TRANSACTION_IDS, transaction_files
 from tests.spark.kafka_io import create_topic, produce
 from tests.spark.word_count_runs import run_to_end, sentences, word_count_across_a_broker_kill
 
@@ -24,13 +25,8 @@ def test_file_transactions_writes_each_file_once_and_bad_files_to_dead_letters(
     locations, out, dlq = f"files-{suffix}", f"tx-{suffix}", f"dlq-{suffix}"
     for topic in (locations, out, dlq):
         create_topic(bootstrap, topic)
-    good = tmp_path / "good.csv"
-    good.write_text("id,amount\n" + "".join(f"t{i},{i}.5\n" for i in range(50)))
-    lines = tmp_path / "more.jsonl"
-    lines.write_text("".join(json.dumps({"id": f"j{i}", "amount": i}) + "\n" for i in range(30)))
-    bad = tmp_path / "bad.csv"
-    bad.write_text("id,amount\nx1,1\nx2,not-a-number\n")
-    produce(bootstrap, locations, [str(good), lines.as_uri(), str(bad)])
+    files, bad = transaction_files(tmp_path)
+    produce(bootstrap, locations, files)
     run_to_end(
         file_transactions.start(
             spark,
@@ -43,7 +39,7 @@ def test_file_transactions_writes_each_file_once_and_bad_files_to_dead_letters(
         )
     )
     ids = sorted(r.key.decode() for r in read_topic(bootstrap, out))
-    assert ids == sorted([f"t{i}" for i in range(50)] + [f"j{i}" for i in range(30)])
+    assert ids == TRANSACTION_IDS
     [letter] = read_topic(bootstrap, dlq)
     assert letter.key == str(bad).encode()
     assert "line 3" in json.loads(letter.value)["error"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,16 +39,6 @@ from .kafka_io import (
 )
 
 SINKS = pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "plain"])
-
-
-@pytest.fixture
-def small_arrow_batches(spark: SparkSession) -> Iterator[None]:
-    """Rows reach the sink in batches of 25, so a task can fail part-way through its rows."""
-    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    before = spark.conf.get(key)
-    spark.conf.set(key, "25")
-    yield
-    spark.conf.set(key, before)
 
 
 def _topics(bootstrap: str, name: str, rows: int, partitions: int = 2, pad: int = 0) -> list[str]:

@@ -11,7 +11,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import (
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from onceflow.spark.offset_ranges import PartitionOffsets, TopicPartitionKey
@@ -30,6 +36,11 @@ _CONSUMER_ONLY = ("isolation.level", "group.id", "fetch.min.bytes", "fetch.wait.
 
 class OffsetLookupError(RuntimeError):
     """The cluster did not answer a metadata or ListOffsets request within the retries."""
+
+
+class TopicAuthorizationError(PermissionError):
+    """A subscribed topic is not visible to this principal (no Describe ACL): as Spark's Kafka
+    source (TopicAuthorizationException), fail rather than read nothing. Never retried."""
 
 
 class TopicOffsets:
@@ -79,9 +90,33 @@ class TopicOffsets:
                     continue
                 if subscription.matches(name):
                     found.extend((name, p) for p in topic.partitions)
+            self._check_authorized([t for t in subscription.topics if t not in metadata.topics])
             return sorted(found)
 
         return self._retrying("listing topics", lookup)
+
+    def _check_authorized(self, missing: list[str]) -> None:
+        """Subscribed topics absent from the metadata: not there yet (fine, as Spark), or hidden
+        from this principal (an error). DescribeTopics tells them apart without creating a topic
+        (a Metadata request naming it could, with auto.create.topics.enable)."""
+        if not missing:
+            return
+        futures = self.admin.describe_topics(
+            TopicCollection(missing), request_timeout=self.options.request_timeout_s
+        )
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError):
+                    if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        raise TopicAuthorizationError(
+                            f"topic {name!r}: TOPIC_AUTHORIZATION_FAILED (no Describe ACL)"
+                        ) from exc
+                    if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        continue
+                raise
 
     def _list_offsets(
         self, tps: Iterable[TopicPartitionKey], spec: OffsetSpec, isolation: IsolationLevel
