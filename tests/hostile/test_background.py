@@ -1,7 +1,7 @@
 """Background work that cannot die: group commit, session expiry, transaction timeouts, and
 producer ids the broker never issued.
 
-Each test makes the broker fail where it used to stop answering (a log deleted mid-round, a
+Each test makes the broker fail where it used to stop answering (a log deleted mid-flush, a
 descriptor shortage while preparing a flush, an exception in a background loop), checks the
 Kafka answer, then that the broker still serves and that the loop still does its work.
 """
@@ -88,14 +88,14 @@ def alive(broker: EmbeddedBroker) -> None:
     assert broker.process is not None and broker.process.poll() is None
 
 
-# -- finding 3: a group-commit round never dies ----------------------------------------------------
+# -- finding 3: a group-commit flush never dies ----------------------------------------------------
 
 
-def test_delete_topics_mid_round_answers_the_waiters_and_spares_other_topics(
+def test_delete_topics_mid_flush_answers_the_waiters_and_spares_other_topics(
     make_broker: Callable[..., EmbeddedBroker],
 ) -> None:
-    # Every round waits before preparing its logs, so the DeleteTopics pipelined behind the
-    # produce lands between the append and the round's prepare_flush.
+    # Every flush waits before preparing its log, so the DeleteTopics pipelined behind the
+    # produce lands between the append and the flush's prepare_flush.
     broker = make_broker(env={"ONCEFLOW_DELAY_AT": "commit.before-round:300"})
     create_topic(broker.bootstrap, "doomed")
     create_topic(broker.bootstrap, "other")
@@ -125,7 +125,7 @@ def test_delete_topics_mid_round_answers_the_waiters_and_spares_other_topics(
 def test_emfile_while_preparing_a_flush_fails_that_write_retriably_and_the_broker_goes_on(
     make_broker: Callable[..., EmbeddedBroker],
 ) -> None:
-    # The first log prepared for a round fails as os.dup does when out of descriptors.
+    # The first log prepared for a flush fails as os.dup does when out of descriptors.
     broker = make_broker(env={"ONCEFLOW_RAISE_AT": "commit.prepare:1"})
     create_topic(broker.bootstrap, "starved")
     # Retriable, and "possibly persisted" for the client: the batch is in the log, not synced.

@@ -1,11 +1,12 @@
-"""The broker's group commit over real logs: one fsync round serves every waiter, and a failed
-fsync goes to the failure handler (the broker's halts) with the data left below the
-high watermark's reach."""
+"""The broker's group commit over real logs: one flush of a log serves every writer that
+gathered for it, logs do not wait for each other, and a failed fsync goes to the failure
+handler (the broker's halts) with the data left below the high watermark's reach."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import threading
 
 import pytest
 from log_batches import batches, make_batch
@@ -19,24 +20,64 @@ def append(log, n: int = 3) -> None:
     log.append(*batches(make_batch(n, value=b"g" * 20)))
 
 
-def test_waiters_that_gather_during_a_round_share_the_next_one(open_log) -> None:
-    logs = [open_log(name=f"t-{i}") for i in range(3)]
+def test_writers_that_gather_while_a_log_flushes_share_its_next_flush(open_log) -> None:
+    log = open_log()
     committer = GroupCommitter()
 
     async def scenario() -> None:
-        for log in logs:
-            append(log)
-        first = asyncio.ensure_future(committer.wait_durable([logs[0]]))
-        await asyncio.sleep(0)  # the first round starts with logs[0] alone
-        waiting = [asyncio.ensure_future(committer.wait_durable([log])) for log in logs[1:]]
+        append(log)
+        first = asyncio.ensure_future(committer.wait_durable([log]))
+        await asyncio.sleep(0)  # the first writer's flush starts with it alone
+        await asyncio.sleep(0)
+        append(log)
+        waiting = [asyncio.ensure_future(committer.wait_durable([log])) for _ in range(5)]
         await asyncio.gather(first, *waiting)
 
     try:
         asyncio.run(scenario())
     finally:
         committer.close()
-    assert [log.flushed_offset for log in logs] == [3, 3, 3]
-    assert committer.rounds == 2
+    assert log.flushed_offset == 6
+    assert committer.flushes == 2
+
+
+def test_a_log_does_not_wait_for_another_logs_flush(
+    open_log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One log's fsync hangs until released; another log's writer is answered meanwhile.
+    slow, fast = open_log(name="slow-0"), open_log(name="fast-0")
+    release = threading.Event()
+    real_run = slow.prepare_flush
+
+    def held_prepare():
+        ticket = real_run()
+        run = ticket.run
+
+        def held_run() -> None:
+            assert release.wait(10)
+            run()
+
+        ticket.run = held_run
+        return ticket
+
+    monkeypatch.setattr(slow, "prepare_flush", held_prepare)
+    committer = GroupCommitter()
+
+    async def scenario() -> None:
+        append(slow)
+        append(fast)
+        held = asyncio.ensure_future(committer.wait_durable([slow]))
+        await asyncio.wait_for(committer.wait_durable([fast]), 10)
+        assert fast.flushed_offset == 3 and slow.flushed_offset == 0 and not held.done()
+        release.set()
+        await asyncio.wait_for(held, 10)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()
+        committer.close()
+    assert slow.flushed_offset == 3
 
 
 def test_a_failed_fsync_goes_to_the_failure_handler_and_moves_nothing(
@@ -58,7 +99,7 @@ def test_a_failed_fsync_goes_to_the_failure_handler_and_moves_nothing(
         committer.close()
     assert len(failures) == 1 and "Input/output error" in str(failures[0])
     assert log.flushed_offset == 0
-    assert committer.rounds == 0
+    assert committer.flushes == 0
 
 
 def test_the_broker_halts_on_a_failed_fsync() -> None:
@@ -67,7 +108,7 @@ def test_the_broker_halts_on_a_failed_fsync() -> None:
     assert GroupCommitter().on_failure is halt
 
 
-# -- a round never dies: a log that cannot be prepared fails its own waiters only ------------
+# -- a flush never dies: a log that cannot be prepared fails its own waiters only ------------
 
 
 def _emfile_once(log, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,7 +122,7 @@ def _emfile_once(log, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(log, "prepare_flush", failing)
 
 
-def test_a_log_deleted_mid_round_fails_its_waiters_and_no_one_else(open_log) -> None:
+def test_a_log_deleted_mid_flush_fails_its_waiters_and_no_one_else(open_log) -> None:
     doomed, other = open_log(name="doomed-0"), open_log(name="other-0")
     committer = GroupCommitter(on_failure=pytest.fail)
 
@@ -93,9 +134,9 @@ def test_a_log_deleted_mid_round_fails_its_waiters_and_no_one_else(open_log) -> 
             asyncio.ensure_future(committer.wait_durable([other])),
             asyncio.ensure_future(committer.wait_durable([doomed, other])),
         ]
-        doomed.delete()  # DeleteTopics between the appends and the round
+        doomed.delete()  # DeleteTopics between the appends and the flush
         results = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 10)
-        # The committer lives on: a later round serves a later writer.
+        # The committer lives on: a later flush serves a later writer.
         append(other)
         await asyncio.wait_for(committer.wait_durable([other]), 10)
         return tuple(results)
@@ -111,7 +152,7 @@ def test_a_log_deleted_mid_round_fails_its_waiters_and_no_one_else(open_log) -> 
     assert other.flushed_offset == 6
 
 
-def test_emfile_while_preparing_fails_that_log_and_the_next_round_retries(
+def test_emfile_while_preparing_fails_that_log_and_the_next_flush_retries(
     open_log, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     starved, other = open_log(name="starved-0"), open_log(name="other-0")
@@ -145,7 +186,7 @@ def test_emfile_while_preparing_fails_that_log_and_the_next_round_retries(
     assert halts == []  # EMFILE is not a storage failure
 
 
-def test_a_bug_in_a_round_fails_its_waiters_and_the_committer_goes_on(
+def test_a_bug_in_a_flush_fails_its_waiters_and_the_committer_goes_on(
     open_log, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = open_log()

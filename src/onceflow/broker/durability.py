@@ -1,17 +1,22 @@
-"""Group commit: concurrent acks=all writers share one round of fsyncs.
+"""Group commit: concurrent acks=all writers share fsyncs.
 
-A writer appends, then awaits `wait_durable(logs)`. While a round of fsyncs runs in worker
-threads, new writers gather for the next round, so N producers cost one fsync per round, not N.
+A writer appends, then awaits `wait_durable(logs)`. Each log has at most one flush in flight;
+while it runs, the log's new writers gather for its next one, so N producers of a partition
+cost one fsync per flush, not N. Logs do not wait for each other: each log's flush starts as
+soon as the log is free and answers its writers as soon as it is done. (librdkafka sends a
+partition's batch as soon as it is ready, so most Produce requests carry one or two
+partitions; with one global round at a time, each waited for the round before it, and for
+the slowest file of its own.)
 
 A failed fsync halts the broker, as Kafka halts when its last log directory fails: after a
 failed fsync the kernel may have dropped the dirty pages and a later fsync succeeds (the
 error is reported once), so carrying on could acknowledge, and move the high watermark over,
 data that is not on disk. The restart rebuilds from what is.
 
-A log that cannot even be *prepared* for a round (deleted by DeleteTopics since its append,
+A log that cannot even be *prepared* for a flush (deleted by DeleteTopics since its append,
 or out of descriptors: EMFILE) synced nothing and lost nothing: only the waiters on that log
-fail (NotDurableError), its data stays dirty for the next round, and every other log of the
-round completes. The round itself never dies: a waiter is always answered.
+fail (NotDurableError), its data stays dirty for the next flush, and every other log's
+writers are answered as usual. A flush never dies: a waiter is always answered.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from kio.schema.errors import ErrorCode
 
@@ -34,11 +40,11 @@ _prepare_failures = RateLimitedLog(log)
 
 
 class NotDurableError(Exception):
-    """Some of a waiter's logs were not made durable by its round (the others were).
+    """Some of a waiter's logs were not made durable by their flush (the others were).
 
     `failures` maps each such log to why: LogClosedError (the log was closed or deleted), or
     the OSError of preparing its flush (EMFILE...). Nothing of theirs was synced; the data
-    stays dirty and the next round covers it again.
+    stays dirty and the next flush covers it again.
     """
 
     def __init__(self, failures: Mapping[PartitionLog, BaseException]) -> None:
@@ -60,7 +66,34 @@ class PartitionsNotDurableError(Exception):
         self.errors = dict(errors)
 
 
-_Waiter = tuple[asyncio.Future[None], frozenset[PartitionLog]]
+class _Waiter:
+    """One wait_durable call: the logs it still waits for, and why some failed."""
+
+    __slots__ = ("failures", "future", "remaining")
+
+    def __init__(self, future: asyncio.Future[None], logs: frozenset[PartitionLog]) -> None:
+        self.future = future
+        self.remaining = set(logs)
+        self.failures: dict[PartitionLog, BaseException] = {}
+
+    def served(self, log: PartitionLog, error: BaseException | None) -> None:
+        """A flush of `log` begun after this wait has ended (with `error` if it failed);
+        answer once none is left. A NotDurableError is gathered with the other logs' (their
+        writes may be durable); any other error (a failed fsync, a bug) answers at once."""
+        self.remaining.discard(log)
+        if self.future.done():
+            return
+        if isinstance(error, NotDurableError):
+            self.failures.update(error.failures)
+        elif error is not None:
+            self.future.set_exception(error)
+            return
+        if self.remaining:
+            return
+        if self.failures:
+            self.future.set_exception(NotDurableError(self.failures))
+        else:
+            self.future.set_result(None)
 
 
 class GroupCommitter:
@@ -73,10 +106,11 @@ class GroupCommitter:
         self.enabled = enabled
         self.on_failure = on_failure
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fsync")
-        self._pending: set[PartitionLog] = set()
-        self._waiters: list[_Waiter] = []
-        self._task: asyncio.Task[None] | None = None
-        self.rounds = 0
+        # Writers waiting for the next flush of each log (not one already running).
+        self._waiting: dict[PartitionLog, list[_Waiter]] = {}
+        self._flushing: dict[PartitionLog, asyncio.Task[None]] = {}  # one flush in flight each
+        self._start_scheduled = False
+        self.flushes = 0
 
     async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
         """Return once every log's appends so far are durable; raises NotDurableError for the
@@ -95,94 +129,92 @@ class GroupCommitter:
             if failures:
                 raise NotDurableError(failures)
             return
+        if not logs:
+            return
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._pending.update(logs)
-        self._waiters.append((waiter, logs))
-        if self._task is None:
-            self._task = loop.create_task(self._run())
-        await waiter
-
-    async def _run(self) -> None:
-        waiters: list[_Waiter] = []
-        try:
-            while self._waiters:
-                logs, waiters = self._pending, self._waiters
-                self._pending, self._waiters = set(), []
-                try:
-                    failed = await self._round(logs)
-                except OSError as e:
-                    self.on_failure(e)  # a failed fsync: the broker halts (see the docstring)
-                    _fail(waiters, e)
-                    continue
-                except Exception as e:
-                    # A bug in a round must not leave its writers unanswered forever.
-                    log.exception("group commit round failed")
-                    _fail(waiters, e)
-                    continue
-                self.rounds += 1
-                for waiter, mine in waiters:
-                    if waiter.done():
-                        continue
-                    failures = {one: failed[one] for one in mine if one in failed}
-                    if failures:
-                        waiter.set_exception(NotDurableError(failures))
-                    else:
-                        waiter.set_result(None)
-        finally:
-            self._task = None
-            # Cancelled (the loop is closing): nobody may wait on a round that will not come.
-            for waiter, _ in waiters + self._waiters:
-                if not waiter.done():
-                    waiter.cancel()
-
-    async def _round(self, logs: Iterable[PartitionLog]) -> dict[PartitionLog, BaseException]:
-        """One round of fsyncs; returns the logs that could not be prepared or completed."""
-        loop = asyncio.get_running_loop()
-        failed: dict[PartitionLog, BaseException] = {}
-        tickets = []
-        await delay_point("commit.before-round")
+        waiter = _Waiter(loop.create_future(), logs)
         for one in logs:
-            try:
-                raise_point("commit.prepare")
-                ticket = one.prepare_flush()
-            except Exception as e:
-                # Deleted since its append (LogClosedError), or no descriptor to dup (EMFILE):
-                # nothing was synced, the data stays dirty for the next round.
-                _prepare_failures.warning(
-                    one.directory.name, "cannot prepare a flush of %s: %r", one.directory.name, e
-                )
-                failed[one] = e
-                continue
-            if ticket is not None:
-                tickets.append((one, ticket))
-        # Each ticket releases its descriptors itself when it has run, failed or not.
-        results = await asyncio.gather(
-            *(loop.run_in_executor(self._pool, ticket.run) for _, ticket in tickets),
-            return_exceptions=True,
-        )
-        for (one, ticket), result in zip(tickets, results, strict=True):
-            if isinstance(result, DescriptorsExhaustedError):
-                # A file could not be reopened to sync it: no fsync failed, nothing is lost;
-                # the data stays dirty for the next round.
-                _prepare_failures.warning(
-                    one.directory.name, "cannot flush %s: %r", one.directory.name, result
-                )
-                failed[one] = result
-            elif isinstance(result, BaseException):
-                raise result  # a failed fsync (OSError: the caller halts) or a bug
-            else:
-                one.complete_flush(ticket)
-        return failed
+            self._waiting.setdefault(one, []).append(waiter)
+        self._schedule_start(loop)
+        await waiter.future
+
+    def _schedule_start(self, loop: asyncio.AbstractEventLoop) -> None:
+        # On the next turn of the loop, so that the writers of this turn share the flush.
+        if not self._start_scheduled:
+            self._start_scheduled = True
+            loop.call_soon(self._start_flushes)
+
+    def _start_flushes(self) -> None:
+        self._start_scheduled = False
+        loop = asyncio.get_running_loop()
+        # A log still flushing keeps its waiters: it starts their flush when it is done.
+        for one in [one for one in self._waiting if one not in self._flushing]:
+            task = loop.create_task(self._flush(one, self._waiting.pop(one)))
+            self._flushing[one] = task
+            task.add_done_callback(partial(self._flushed, one))
+
+    async def _flush(self, one: PartitionLog, waiters: list[_Waiter]) -> None:
+        try:
+            error = await self._sync(one)
+        except asyncio.CancelledError:
+            for waiter in waiters:
+                waiter.future.cancel()
+            raise
+        except OSError as e:
+            self.on_failure(e)  # a failed fsync: the broker halts (see the docstring)
+            error = e
+        except Exception as e:
+            # A bug must not leave the log's writers unanswered forever.
+            log.exception("group commit of %s failed", one.directory.name)
+            error = e
+        else:
+            self.flushes += 1
+            if error is not None:
+                # Not prepared or not synced (deleted, EMFILE): only this log's writers fail.
+                error = NotDurableError({one: error})
+        for waiter in waiters:
+            waiter.served(one, error)
+
+    def _flushed(self, one: PartitionLog, task: asyncio.Task[None]) -> None:
+        del self._flushing[one]
+        if task.cancelled():
+            # The loop is closing: nobody may wait on a flush that will not come.
+            for waiters in self._waiting.values():
+                for waiter in waiters:
+                    waiter.future.cancel()
+        elif one in self._waiting:
+            self._schedule_start(asyncio.get_running_loop())
+
+    async def _sync(self, one: PartitionLog) -> BaseException | None:
+        """fsync what `one` has appended; returns why it could not be prepared or synced
+        (nothing of it was: the data stays dirty for the next flush), None once durable.
+        Raises OSError when an fsync failed."""
+        await delay_point("commit.before-round")
+        try:
+            raise_point("commit.prepare")
+            ticket = one.prepare_flush()
+        except Exception as e:
+            # Deleted since its append (LogClosedError), or no descriptor to dup (EMFILE).
+            _prepare_failures.warning(
+                one.directory.name, "cannot prepare a flush of %s: %r", one.directory.name, e
+            )
+            return e
+        if ticket is None:
+            return None
+        try:
+            # The ticket releases its descriptors itself when it has run, failed or not.
+            await asyncio.get_running_loop().run_in_executor(self._pool, ticket.run)
+        except DescriptorsExhaustedError as e:
+            # A file could not be reopened to sync it: no fsync failed, nothing is lost.
+            _prepare_failures.warning(
+                one.directory.name, "cannot flush %s: %r", one.directory.name, e
+            )
+            return e
+        one.complete_flush(ticket)
+        return None
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-
-
-def _fail(waiters: list[_Waiter], error: BaseException) -> None:
-    for waiter, _ in waiters:
-        if not waiter.done():
-            waiter.set_exception(error)
 
 
 RETRY_BACKOFF_S = (0.01, 0.05, 0.2, 1.0)  # then 1 s between tries
@@ -191,7 +223,7 @@ RETRY_BACKOFF_S = (0.01, 0.05, 0.2, 1.0)  # then 1 s between tries
 async def until_durable(
     committer: GroupCommitter, logs: Iterable[PartitionLog]
 ) -> dict[PartitionLog, LogClosedError]:
-    """Wait until every log is durable, retrying the rounds that could not prepare it (EMFILE):
+    """Wait until every log is durable, retrying the flushes that could not prepare it (EMFILE):
     for records whose effect must follow them once written (coordinator records, markers),
     where answering "not durable" would leave the state behind the log. Logs closed meanwhile
     (a deleted topic) are given up and returned."""

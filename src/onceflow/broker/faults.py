@@ -54,7 +54,7 @@ def crash_point(name: str) -> None:
 DELAY_POINTS = frozenset(
     {
         "txn.before-markers",  # decided (Prepare* durable), no marker yet
-        "commit.before-round",  # a group-commit round gathered its logs, none prepared yet
+        "commit.before-round",  # a log's group-commit flush has its writers, not yet prepared
         "produce.before-response",  # appended and durable, the producer not yet answered
         "cleaner.before-swap",  # a cleaned segment's files written, not yet swapped in
     }
@@ -82,7 +82,7 @@ RAISE_POINTS = frozenset(
         "loop.log-cleaner",  # one log cleaner round (log.cleaner.backoff.ms)
         "loop.group-timer",  # one tick of the group coordinator's timers (session expiry)
         "loop.transaction-timeout",  # one check for timed-out transactions
-        "commit.prepare",  # preparing one log's flush in a group-commit round
+        "commit.prepare",  # preparing one log's group-commit flush
         "txn.markers",  # writing one decided transaction's markers
         "topics.open-partition",  # before each partition a topic change creates
     }

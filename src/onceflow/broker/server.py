@@ -406,7 +406,7 @@ class Broker:
     # -- durability -------------------------------------------------------------------------
 
     def make_durable(self, partitions: list[Partition]) -> asyncio.Future[None]:
-        """Start (or join) a group-commit round for these partitions; each wakes its readers
+        """Start (or join) the group-commit flush of each partition's log; each wakes its readers
         itself when its high watermark moves (Partition._high_watermark_moved). A failed fsync
         halts the broker (durability.py); partitions that could not be made durable raise
         PartitionsNotDurableError with their error codes (the others are durable)."""
