@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from onceflow.broker.embedded import EmbeddedBroker
 from tests.admin_requests import describe_transactions, list_offsets
-from tests.confluent import TP, partitions_of
+from tests.confluent import TP, create_topics, partitions_of
 from tests.eos.checker import PartitionRead, read_back, wait_settled
 
 # Committed, aborted, committed: what test_commit_and_abort_seen_by_both_isolation_levels sends.
@@ -82,6 +83,13 @@ def check_committed(bootstrap: str, tp: TP, expected: list[bytes]) -> None:
     wait_settled(bootstrap, [tp])
     committed = read_back(bootstrap, [tp])[tp].committed
     assert committed == expected, (tp, committed)
+
+
+def hung_transaction_setup(broker: EmbeddedBroker, topic: str, client: str) -> tuple[str, TP, str]:
+    """The hung-transaction test's topic of one partition on a broker with a short transaction
+    timeout: (bootstrap, that partition, the transactional id of `client`)."""
+    create_topics(broker.bootstrap, {topic: 1})
+    return broker.bootstrap, (topic, 0), f"{client}-{topic}"
 
 
 def check_hung_then_aborted(bootstrap: str, tp: TP, txn_id: str) -> None:

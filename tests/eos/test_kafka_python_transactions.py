@@ -136,10 +136,7 @@ def test_zombie_is_fenced_by_a_new_instance(bootstrap: str, topic_name: str) -> 
 def test_hung_transaction_is_aborted_by_the_broker_timeout(
     timeout_broker: EmbeddedBroker, topic_name: str
 ) -> None:
-    bootstrap = timeout_broker.bootstrap
-    create_topics(bootstrap, {topic_name: 1})
-    tp = (topic_name, 0)
-    txn_id = f"kp-{topic_name}"
+    bootstrap, tp, txn_id = shared.hung_transaction_setup(timeout_broker, topic_name, "kp")
     hung = producer_for(bootstrap, txn_id, transaction_timeout_ms=1500)
     hung.begin_transaction()
     send_all(hung, [(topic_name, 0, v) for v in shared.values("hung", 3)])

@@ -168,23 +168,22 @@ def test_driver_sigkilled_mid_stream_then_restarted(
     assert resume(dst, "app", "source.orders", 2) == after(orders, app)
 
 
-def test_bad_regex_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("regexes", "message"),
+    [
+        (["--topics", "orders("], "--topics 'orders(' is not a regex"),
+        (["--topics", "orders", "--groups", "app("], "--groups 'app(' is not a regex"),
+    ],
+)
+def test_bad_regex_is_one_line(
+    regexes: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    addresses = ["--source-bootstrap-server", "a:1", "--target-bootstrap-server", "b:1"]
     with pytest.raises(SystemExit) as exit_:
-        mirror.main(
-            [
-                "--source-bootstrap-server",
-                "a:1",
-                "--target-bootstrap-server",
-                "b:1",
-                "--topics",
-                "orders(",
-                "--checkpoint",
-                "/nonexistent",
-            ]
-        )
+        mirror.main([*addresses, *regexes, "--checkpoint", "/nonexistent"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "--topics 'orders(' is not a regex" in err
+    assert message in err
 
 
 def test_unreachable_cluster_is_one_line(

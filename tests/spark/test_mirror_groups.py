@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
@@ -139,24 +138,3 @@ def test_groups_fail_over_to_the_target_at_the_translated_offset(
         assert resume(dst, "late", TARGET, 2) == after(orders, late)
     finally:
         groups.close()
-
-
-def test_bad_groups_regex_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        mirror.main(
-            [
-                "--source-bootstrap-server",
-                "a:1",
-                "--target-bootstrap-server",
-                "b:1",
-                "--topics",
-                "orders",
-                "--groups",
-                "app(",
-                "--checkpoint",
-                "/nonexistent",
-            ]
-        )
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "--groups 'app(' is not a regex" in err

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from typer.testing import CliRunner
 
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.cli.options import OnceflowGroup
+from onceflow.cli.errors import OnceflowGroup
 from onceflow.cli.transactions import transactions_app
 from onceflow.protocol.client import KafkaClient
 from tests.confluent import create_topic

@@ -30,14 +30,10 @@ from onceflow.bench.stats import Phase
 from onceflow.bench.targets import TargetSpec, onceflow_launcher, parse_target, target_broker
 from onceflow.bench.topics import create_topic, delete_topic
 from onceflow.bench.workload import shape_checks
-from onceflow.cli.options import (
-    CliError,
-    UsageError,
-    connect_admin,
-    error_text,
-    note,
-    require_at_least,
-)
+from onceflow.cli.clients import connect_admin
+from onceflow.cli.errors import CliError, UsageError, error_text
+from onceflow.cli.options import require_at_least
+from onceflow.cli.output import note
 
 DEFAULT_RECORDS = 1_000_000
 DEFAULT_VALUE_SIZE = 100

@@ -25,15 +25,8 @@ from rich.progress import Progress, TaskID
 from onceflow.bench.errors import STALL_TIMEOUT_S, BenchError
 from onceflow.bench.stats import Phase
 from onceflow.bench.targets import BROKER_READY_TIMEOUT_S
-from onceflow.cli.options import (
-    REQUEST_TIMEOUT_S,
-    ClientErrors,
-    CliError,
-    client_config,
-    drain,
-    error_text,
-    kafka_error_text,
-)
+from onceflow.cli.clients import REQUEST_TIMEOUT_S, ClientErrors, client_config, drain
+from onceflow.cli.errors import CliError, error_text, kafka_error_text
 
 # Producer settings for throughput with Kafka's durability defaults (acks=all, idempotence).
 PRODUCER_SETTINGS: dict[str, Any] = {

@@ -23,7 +23,8 @@ from pathlib import Path
 from rich.console import Console
 
 from onceflow.bench.errors import BenchError
-from onceflow.cli.options import UsageError, parse_bootstrap
+from onceflow.cli.clients import parse_bootstrap
+from onceflow.cli.errors import UsageError
 
 BROKER_READY_TIMEOUT_S = 60.0
 RSS_SAMPLE_INTERVAL_S = 0.1

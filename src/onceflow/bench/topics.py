@@ -8,14 +8,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
 
 from onceflow.bench.errors import BenchError
-from onceflow.cli.options import (
-    REQUEST_TIMEOUT_S,
-    AdminSession,
-    CliError,
-    kafka_error_text,
-    note,
-    result_of,
-)
+from onceflow.cli.clients import REQUEST_TIMEOUT_S, AdminSession, result_of
+from onceflow.cli.errors import CliError, kafka_error_text
+from onceflow.cli.output import note
 
 TOPIC_READY_TIMEOUT_S = 30.0
 

@@ -17,29 +17,17 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 from confluent_kafka import KafkaError, KafkaException, admin
 
-from onceflow.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    AdminSession,
-    BootstrapServer,
-    CliError,
-    CommandConfig,
-    UsageError,
-    command_group,
-    connect_admin,
-    kafka_error_code,
-    kafka_error_text,
-    note,
-    result_of,
-    result_table,
-    stdout_console,
-)
+from onceflow.cli.clients import AdminSession, connect_admin, result_of
+from onceflow.cli.errors import CliError, UsageError, kafka_error_code, kafka_error_text
+from onceflow.cli.options import Command, cluster_command, command_group, option, option_group
+from onceflow.cli.output import note, result_table, stdout_console
 from onceflow.security.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -115,17 +103,6 @@ class Resources:
     transactional_ids: Sequence[str]
     cluster: bool
     pattern_type: PatternType
-
-    @classmethod
-    def named(
-        cls,
-        topics: Sequence[str] | None,
-        groups: Sequence[str] | None,
-        transactional_ids: Sequence[str] | None,
-        cluster: bool,
-        pattern_type: PatternType,
-    ) -> Resources:
-        return cls(topics or [], groups or [], transactional_ids or [], cluster, pattern_type)
 
     def filters(self, *, required: bool, idempotent: bool = False) -> list[ResourceFilter]:
         """One filter per named resource. As kafka-acls, the cluster is only ever LITERAL
@@ -278,47 +255,74 @@ def pattern_type(text: str, *, filters: bool) -> PatternType:
 # --- the commands -------------------------------------------------------------------------
 
 
+def resource_options(*, filters: bool) -> Callable[[Command], Command]:
+    """kafka-acls' resource options (--topic, --group, --transactional-id, --cluster,
+    --resource-pattern-type, first in every command), given to the command as `resources`."""
+
+    def resources(
+        resource_pattern_type: str, cluster: bool, **named: list[str] | None
+    ) -> Resources:
+        kind = pattern_type(resource_pattern_type, filters=filters)
+        topics, groups, ids = (named[key] or [] for key in ("topic", "group", "transactional_id"))
+        return Resources(topics, groups, ids, cluster, kind)
+
+    return option_group(
+        "resources",
+        [
+            option("topic", Topics),
+            option("group", Groups),
+            option("transactional_id", TransactionalIds),
+            option("cluster", Cluster, False),
+            option("resource_pattern_type", PatternTypeOption, "literal"),
+        ],
+        resources,
+        first=True,
+    )
+
+
+# add and remove: the principals, hosts and operations of the ACL entries.
+access_options = option_group(
+    "access",
+    [
+        option("allow_principal", AllowPrincipals),
+        option("deny_principal", DenyPrincipals),
+        option("allow_host", AllowHosts),
+        option("deny_host", DenyHosts),
+        option("operation", Operations),
+    ],
+    lambda allow_principal, deny_principal, allow_host, deny_host, operation: Access(
+        allow_principal or [], deny_principal or [], allow_host or [], deny_host or [], operation
+    ),
+    first=True,
+)
+
+
 def _changing_command(removing: bool) -> Any:
     """`acls add` or `acls remove`: the same options, as kafka-acls' --add and --remove."""
 
+    @cluster_command()
+    @resource_options(filters=removing)
+    @access_options
     def command(
-        topic: Topics = None,
-        group: Groups = None,
-        transactional_id: TransactionalIds = None,
-        cluster: Cluster = False,
-        resource_pattern_type: PatternTypeOption = "literal",
-        allow_principal: AllowPrincipals = None,
-        deny_principal: DenyPrincipals = None,
-        allow_host: AllowHosts = None,
-        deny_host: DenyHosts = None,
-        operation: Operations = None,
+        bootstrap: str,
+        resources: Resources,
+        access: Access,
         producer: Producer = False,
         consumer: Consumer = False,
         idempotent: Idempotent = False,
         force: Force = False,
-        bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-        command_config: CommandConfig = None,
     ) -> None:
-        kind = pattern_type(resource_pattern_type, filters=removing)
-        resources = Resources.named(topic, group, transactional_id, cluster, kind)
-        access = Access(
-            allow_principal or [],
-            deny_principal or [],
-            allow_host or [],
-            deny_host or [],
-            operation,
-        )
         wanted = resource_acls(
             resources, access, producer=producer, consumer=consumer, idempotent=idempotent
         )
         if removing:
-            _remove(connect_admin(bootstrap_server), wanted, force)
+            _remove(connect_admin(bootstrap), wanted, force)
             return
         if any(not entries for entries in wanted.values()):
             raise UsageError(
                 "You must specify one of: --allow-principal, --deny-principal when adding ACLs."
             )
-        _add(connect_admin(bootstrap_server), wanted)
+        _add(connect_admin(bootstrap), wanted)
 
     command.__doc__ = (
         "Remove ACLs: those named, or every ACL of the resources if no principal is given."
@@ -332,23 +336,13 @@ acls_app.command("add")(_changing_command(removing=False))
 
 
 @acls_app.command("list")
-def list_acls(
-    topic: Topics = None,
-    group: Groups = None,
-    transactional_id: TransactionalIds = None,
-    cluster: Cluster = False,
-    resource_pattern_type: PatternTypeOption = "literal",
-    principal: Principals = None,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
-) -> None:
+@cluster_command()
+@resource_options(filters=True)
+def list_acls(bootstrap: str, resources: Resources, principal: Principals = None) -> None:
     """List ACLs: all of them, or those of the resources (and principals) given."""
-    resources = Resources.named(
-        topic, group, transactional_id, cluster, pattern_type(resource_pattern_type, filters=True)
-    )
     filters: list[ResourceFilter | None] = [*resources.filters(required=False)] or [None]
     principals: list[str | None] = list(_principals(principal or [])) or [None]
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     found: set[AclBinding] = set()
     for resource in filters:
         for who in principals:

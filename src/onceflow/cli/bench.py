@@ -26,7 +26,8 @@ from onceflow.bench.throughput import DEFAULT_ROUNDS, bench_settings, throughput
 from onceflow.bench.throughput_run import BenchRun
 from onceflow.bench.workload import client_settings
 from onceflow.cli import bench_options
-from onceflow.cli.options import ConsumerProperties, ProducerProperties, UsageError
+from onceflow.cli.errors import UsageError
+from onceflow.cli.options import ConsumerProperties, ProducerProperties
 
 
 def bench_command(

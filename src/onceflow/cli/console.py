@@ -29,25 +29,17 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from onceflow.cli.clients import ClientErrors, client_config, connect_admin, drain
+from onceflow.cli.errors import CliError, TopicNotFoundError, UsageError, kafka_error_text
 from onceflow.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapServer,
-    ClientErrors,
-    CliError,
-    CommandConfig,
     ConsumerProperties,
     ProducerProperties,
-    TopicNotFoundError,
-    UsageError,
-    client_config,
-    connect_admin,
-    drain,
-    kafka_error_text,
-    note,
+    cluster_command,
     parse_bool,
     parse_pairs,
     require_at_least,
 )
+from onceflow.cli.output import note
 
 # Deliveries still pending this long after stdin closed are reported as failed.
 DELIVERY_TIMEOUT_MS = 30_000
@@ -153,7 +145,9 @@ class DeliveryTally:
         return self.sent - self.delivered - self.failed
 
 
+@cluster_command()
 def produce_command(
+    bootstrap: str,
     topic: Annotated[str, typer.Argument(metavar="TOPIC", help="Topic to write to.")],
     properties: Properties = None,
     key_separator: Annotated[
@@ -168,8 +162,6 @@ def produce_command(
         Compression, typer.Option("--compression", help="Batch compression codec.")
     ] = Compression.none,
     producer_property: ProducerProperties = None,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Write each line of stdin to TOPIC as one record (idempotent producer)."""
     props = parse_pairs(properties or [], "--property")
@@ -177,7 +169,7 @@ def produce_command(
         props.setdefault("parse.key", "true")
     line_format = LineFormat.from_properties(props, key_separator)
     overrides = parse_pairs(producer_property or [], "--producer-property")
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     session.require_topic(topic)
 
     tally = DeliveryTally()
@@ -315,7 +307,9 @@ class ConsumeLimits:
         return self.idle_s is not None and time.monotonic() - last_record_at >= self.idle_s
 
 
+@cluster_command()
 def consume_command(
+    bootstrap: str,
     topic: Annotated[str, typer.Argument(metavar="TOPIC", help="Topic to read from.")],
     group: Annotated[
         str | None,
@@ -345,8 +339,6 @@ def consume_command(
     ] = None,
     properties: Properties = None,
     consumer_property: ConsumerProperties = None,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Print records of TOPIC to stdout, one per line."""
     require_at_least(
@@ -358,7 +350,7 @@ def consume_command(
         parse_pairs(properties or [], "--property"), print_key, key_separator
     )
     overrides = parse_pairs(consumer_property or [], "--consumer-property")
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     session.require_topic(topic)
     partitions = sorted(session.metadata.topics[topic].partitions)
     if partition is not None and partition not in partitions:

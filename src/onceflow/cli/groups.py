@@ -20,23 +20,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import ConsumerGroupDescription, OffsetSpec
 
-from onceflow.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    REQUEST_TIMEOUT_S,
-    AdminSession,
-    BootstrapServer,
-    CliError,
-    CommandConfig,
-    UsageError,
-    command_group,
-    connect_admin,
-    kafka_error_code,
-    kafka_error_text,
-    note,
-    result_of,
-    result_table,
-    stdout_console,
-)
+from onceflow.cli.clients import REQUEST_TIMEOUT_S, AdminSession, connect_admin, result_of
+from onceflow.cli.errors import CliError, UsageError, kafka_error_code, kafka_error_text
+from onceflow.cli.options import cluster_command, command_group
+from onceflow.cli.output import note, result_table, stdout_console
 from onceflow.cli.topics import partition_offsets
 
 groups_app = command_group("List, describe, reset and delete consumer groups.")
@@ -45,13 +32,13 @@ GroupId = Annotated[str, typer.Argument(metavar="GROUP", help="Consumer group id
 
 
 @groups_app.command("list")
+@cluster_command()
 def list_groups(
+    bootstrap: str,
     state: Annotated[bool, typer.Option("--state", help="Show each group's state too.")] = False,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """List consumer group ids, one per line."""
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     result = result_of(
         session.admin.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S), "Listing groups"
     )
@@ -86,13 +73,13 @@ class OffsetRow:
 
 
 @groups_app.command("describe")
+@cluster_command()
 def describe_group(
+    bootstrap: str,
     group: GroupId,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Per partition: committed offset, log end offset, lag and owning member."""
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     description = _describe(session, group)
     if _state(description) == ConsumerGroupState.DEAD:
         raise CliError(f"Consumer group '{group}' does not exist.")
@@ -143,7 +130,9 @@ def describe_group(
 
 
 @groups_app.command("reset-offsets")
+@cluster_command()
 def reset_offsets(
+    bootstrap: str,
     group: GroupId,
     topics: Annotated[
         list[str] | None,
@@ -167,8 +156,6 @@ def reset_offsets(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Only show the new offsets (the default).")
     ] = False,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Show (or, with --execute, commit) new offsets for an inactive group."""
     targets = {"earliest": to_earliest, "latest": to_latest, "offset": to_offset is not None}
@@ -183,7 +170,7 @@ def reset_offsets(
         raise UsageError("Give either --topic or --all-topics.")
     requested = [_parse_topic_partitions(item) for item in topics or []]
 
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     state = _state(_describe(session, group))
     if state not in (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD):
         raise CliError(
@@ -208,13 +195,13 @@ def reset_offsets(
 
 
 @groups_app.command("delete")
+@cluster_command()
 def delete_group(
+    bootstrap: str,
     group: GroupId,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Delete an inactive consumer group and its committed offsets."""
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     futures = session.admin.delete_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)
     try:
         result_of(futures[group], f"Deleting group '{group}'")

@@ -22,26 +22,22 @@ from confluent_kafka.admin import (
 )
 from rich.table import Table
 
-from onceflow.cli.options import (
-    DEFAULT_BOOTSTRAP,
+from onceflow.cli.clients import (
     INTERNAL_TOPICS,
     REQUEST_TIMEOUT_S,
     AdminSession,
-    BootstrapServer,
+    connect_admin,
+    result_of,
+)
+from onceflow.cli.errors import (
     CliError,
-    CommandConfig,
     TopicNotFoundError,
     UsageError,
-    command_group,
-    connect_admin,
     kafka_error_code,
     kafka_error_text,
-    parse_pairs,
-    require_at_least,
-    result_of,
-    result_table,
-    stdout_console,
 )
+from onceflow.cli.options import cluster_command, command_group, parse_pairs, require_at_least
+from onceflow.cli.output import result_table, stdout_console
 
 topics_app = command_group("Create, list, describe, alter and delete topics.")
 
@@ -52,7 +48,9 @@ ExcludeInternal = Annotated[
 
 
 @topics_app.command("create")
+@cluster_command()
 def create_topic(
+    bootstrap: str,
     name: TopicName,
     partitions: Annotated[
         int | None,
@@ -71,15 +69,13 @@ def create_topic(
     if_not_exists: Annotated[
         bool, typer.Option("--if-not-exists", help="Succeed quietly if the topic exists.")
     ] = False,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Create a topic."""
     require_at_least(
         ("--partitions", partitions, 1), ("--replication-factor", replication_factor, 1)
     )
     configs = parse_pairs(config or [], "--config")
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     # -1 asks the broker for its default (KIP-464), as kafka-topics.sh does when omitted.
     new_topic = NewTopic(
         name,
@@ -99,28 +95,28 @@ def create_topic(
 
 
 @topics_app.command("list")
+@cluster_command()
 def list_topics(
+    bootstrap: str,
     exclude_internal: ExcludeInternal = False,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """List topic names, one per line."""
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     for name in _topic_names(session, exclude_internal):
         print(name)
 
 
 @topics_app.command("describe")
+@cluster_command()
 def describe_topics(
+    bootstrap: str,
     name: Annotated[
         str | None, typer.Argument(metavar="[NAME]", help="Topic to describe (default: all).")
     ] = None,
     exclude_internal: ExcludeInternal = False,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Partitions, leaders, earliest/latest offsets and config overrides of topics."""
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     if name is not None:
         session.require_topic(name)
         names = [name]
@@ -134,16 +130,16 @@ def describe_topics(
 
 
 @topics_app.command("delete")
+@cluster_command()
 def delete_topic(
+    bootstrap: str,
     name: TopicName,
     if_exists: Annotated[
         bool, typer.Option("--if-exists", help="Succeed quietly if the topic does not exist.")
     ] = False,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Delete a topic."""
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     if name not in session.metadata.topics:
         if if_exists:
             return
@@ -160,7 +156,9 @@ def delete_topic(
 
 
 @topics_app.command("alter")
+@cluster_command()
 def alter_topic(
+    bootstrap: str,
     name: TopicName,
     add_config: Annotated[
         list[str] | None,
@@ -180,8 +178,6 @@ def alter_topic(
             help="Remove a topic config override (back to the broker's default); repeatable.",
         ),
     ] = None,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Set or remove topic config overrides (IncrementalAlterConfigs)."""
     pairs = parse_pairs(add_config or [], "--add-config")
@@ -194,7 +190,7 @@ def alter_topic(
     both = sorted(set(added) & set(deleted))
     if both:
         raise UsageError(f"Config '{both[0]}' is both added and deleted.")
-    session = connect_admin(bootstrap_server)
+    session = connect_admin(bootstrap)
     session.require_topic(name)
     entries = [
         ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)

@@ -15,17 +15,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.cli.options import (
+from onceflow.cli.clients import (
     CONNECT_TIMEOUT_S,
     REQUEST_TIMEOUT_S,
-    BrokerUnreachableError,
-    CliError,
-    TopicNotFoundError,
-    UsageError,
     command_settings,
-    note,
     parse_bootstrap,
 )
+from onceflow.cli.errors import BrokerUnreachableError, CliError, TopicNotFoundError, UsageError
+from onceflow.cli.output import note
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.client import (
     RETRIABLE_ROUTE_ERRORS,

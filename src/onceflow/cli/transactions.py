@@ -26,21 +26,10 @@ import typer
 from confluent_kafka import KafkaException, Producer
 from kio.schema.errors import ErrorCode
 
-from onceflow.cli.options import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapServer,
-    ClientErrors,
-    CliError,
-    CommandConfig,
-    TopicNotFoundError,
-    UsageError,
-    client_config,
-    command_group,
-    kafka_error_text,
-    note,
-    result_table,
-    stdout_console,
-)
+from onceflow.cli.clients import ClientErrors, client_config
+from onceflow.cli.errors import CliError, TopicNotFoundError, UsageError, kafka_error_text
+from onceflow.cli.options import cluster_command, command_group
+from onceflow.cli.output import note, result_table, stdout_console
 from onceflow.cli.transaction_admin import (
     ABORTABLE_STATES,
     COMPLETING_STATES,
@@ -115,7 +104,9 @@ def _print_description(d: Description) -> None:
 
 
 @transactions_app.command("list")
+@cluster_command()
 def list_command(
+    bootstrap: str,
     state: Annotated[
         list[str] | None,
         typer.Option(
@@ -137,12 +128,10 @@ def list_command(
             help="Only transactions running for longer than this (ms).",
         ),
     ] = None,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """List transactional ids, their coordinator, producer id and state."""
     states = [_state_name(s) for s in state or []]
-    with cluster(bootstrap_server) as client:
+    with cluster(bootstrap) as client:
         listings = list_transactions(client, states, producer_id, duration_ms)
     table = result_table("TransactionalId", "Coordinator", "ProducerId", "TransactionState")
     for listing in listings:
@@ -156,27 +145,27 @@ def list_command(
 
 
 @transactions_app.command("describe")
+@cluster_command()
 def describe_command(
+    bootstrap: str,
     transactional_id: TransactionalId,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Show a transactional id's state, producer id and epoch, timeout, start and partitions."""
     _require_id(transactional_id)
-    with cluster(bootstrap_server) as client:
+    with cluster(bootstrap) as client:
         description = describe_transaction(client, transactional_id)
     _print_description(description)
 
 
 @transactions_app.command("describe-producers")
+@cluster_command()
 def describe_producers_command(
+    bootstrap: str,
     topic: Annotated[str, typer.Option("--topic", help="Topic name.")],
     partition: Annotated[int, typer.Option("--partition", min=0, help="Partition number.")],
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Show the active producers of a partition and their open transactions."""
-    with cluster(bootstrap_server) as client:
+    with cluster(bootstrap) as client:
         require_partition(client, topic, partition)
         producers = describe_producers(client, [(topic, partition)])[(topic, partition)]
     table = result_table(
@@ -244,7 +233,9 @@ def find_hanging(
 
 
 @transactions_app.command("find-hanging")
+@cluster_command()
 def find_hanging_command(
+    bootstrap: str,
     topic: Annotated[
         str | None, typer.Option("--topic", help="Search this topic only (default: all).")
     ] = None,
@@ -260,13 +251,11 @@ def find_hanging_command(
             help="Transactions open longer than this are candidates (transaction.max.timeout.ms).",
         ),
     ] = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Find open transactions on partitions that no coordinator will ever complete."""
     if partition is not None and topic is None:
         raise UsageError("--partition needs --topic.")
-    with cluster(bootstrap_server) as client:
+    with cluster(bootstrap) as client:
         if topic is not None and partition is not None:
             require_partition(client, topic, partition)
             partitions = [(topic, partition)]
@@ -310,7 +299,9 @@ def find_hanging_command(
 
 
 @transactions_app.command("abort")
+@cluster_command()
 def abort_command(
+    bootstrap: str,
     transactional_id: Annotated[
         str | None,
         typer.Option(
@@ -338,8 +329,6 @@ def abort_command(
     coordinator_epoch: Annotated[
         int | None, typer.Option("--coordinator-epoch", help="With --producer-id.")
     ] = None,
-    bootstrap_server: BootstrapServer = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfig = None,
 ) -> None:
     """Abort a transaction: by transactional id (fencing its producer), or a hanging one on a
     partition (by --start-offset, or by --producer-id/--producer-epoch/--coordinator-epoch)."""
@@ -351,7 +340,7 @@ def abort_command(
                 "--start-offset or --producer-id/--producer-epoch/--coordinator-epoch."
             )
         _require_id(transactional_id)
-        _abort_by_transactional_id(bootstrap_server, transactional_id)
+        _abort_by_transactional_id(bootstrap, transactional_id)
         return
     if topic is None or partition is None:
         raise UsageError(
@@ -368,7 +357,7 @@ def abort_command(
             "Give --start-offset, or all of --producer-id, --producer-epoch and "
             "--coordinator-epoch."
         )
-    with cluster(bootstrap_server) as client:
+    with cluster(bootstrap) as client:
         require_partition(client, topic, partition)
         if start_offset is not None:
             found = _producer_at_offset(client, topic, partition, start_offset)

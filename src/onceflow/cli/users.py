@@ -24,16 +24,10 @@ from confluent_kafka.admin import (
 )
 
 from onceflow.broker.data_dir import META_PROPERTIES, DataDirError, open_data_dir, read_properties
-from onceflow.cli.options import (
-    CliError,
-    CommandConfig,
-    UsageError,
-    connect_admin,
-    kafka_error_text,
-    result_of,
-    result_table,
-    stdout_console,
-)
+from onceflow.cli.clients import connect_admin, result_of
+from onceflow.cli.errors import CliError, UsageError, kafka_error_text
+from onceflow.cli.options import cluster_command
+from onceflow.cli.output import result_table, stdout_console
 from onceflow.security.credentials import CredentialStore, CredentialStoreError, Table
 from onceflow.security.scram import DEFAULT_ITERATIONS, MECHANISMS, ScramMechanism, new_credential
 
@@ -71,7 +65,9 @@ _CONFLUENT_MECHANISMS = {
 
 
 @users_app.command("set")
+@cluster_command(OptionalBootstrap, None)
 def set_user(
+    bootstrap: str | None,
     name: UserName,
     password_file: Annotated[
         Path,
@@ -82,8 +78,6 @@ def set_user(
         int, typer.Option("--iterations", help="PBKDF2 iterations, 4096 to 16384.")
     ] = DEFAULT_ITERATIONS,
     data_dir: DataDir = None,
-    bootstrap_server: OptionalBootstrap = None,
-    command_config: CommandConfig = None,
 ) -> None:
     """Create a user or change its password for one mechanism."""
     scram = _mechanism(mechanism)
@@ -94,14 +88,14 @@ def set_user(
             f"{scram.max_iterations} (Kafka's bounds)."
         )
     password = _read_password(password_file)
-    if _offline(data_dir, bootstrap_server):
+    if _offline(data_dir, bootstrap):
         assert data_dir is not None
         store = _open_store(data_dir)
         credential = new_credential(scram, password, iterations)
         _store(store, store.changed({(name, scram.name): credential}, []))
         typer.echo(f"Set {scram.name} credentials of user {name!r} in {data_dir}.")
         return
-    session = connect_admin(bootstrap_server or "127.0.0.1:9092")
+    session = connect_admin(bootstrap or "127.0.0.1:9092")
     info = ScramCredentialInfo(_CONFLUENT_MECHANISMS[scram.name], iterations)
     futures = session.admin.alter_user_scram_credentials(
         [UserScramCredentialUpsertion(name, info, password.encode())]
@@ -111,21 +105,21 @@ def set_user(
 
 
 @users_app.command("list")
+@cluster_command(OptionalBootstrap, None)
 def list_users(
+    bootstrap: str | None,
     data_dir: DataDir = None,
-    bootstrap_server: OptionalBootstrap = None,
-    command_config: CommandConfig = None,
 ) -> None:
     """List users and their mechanisms (iterations), never a secret."""
     rows: list[tuple[str, str, int]] = []
-    if _offline(data_dir, bootstrap_server):
+    if _offline(data_dir, bootstrap):
         assert data_dir is not None
         store = _open_store(data_dir, create=False)
         for user in store.users():
             for mechanism, credential in sorted(store.credentials_of(user).items()):
                 rows.append((user, mechanism, credential.iterations))
     else:
-        session = connect_admin(bootstrap_server or "127.0.0.1:9092")
+        session = connect_admin(bootstrap or "127.0.0.1:9092")
         try:
             described = result_of(session.admin.describe_user_scram_credentials(), "Listing users")
         except KafkaException as e:
@@ -140,19 +134,19 @@ def list_users(
 
 
 @users_app.command("delete")
+@cluster_command(OptionalBootstrap, None)
 def delete_user(
+    bootstrap: str | None,
     name: UserName,
     mechanism: Annotated[
         str | None,
         typer.Option("--mechanism", help="Only this mechanism's credentials [all of them]."),
     ] = None,
     data_dir: DataDir = None,
-    bootstrap_server: OptionalBootstrap = None,
-    command_config: CommandConfig = None,
 ) -> None:
     """Delete a user's credentials (of one mechanism, or all)."""
     names = [_mechanism(mechanism).name] if mechanism else list(MECHANISMS)
-    if _offline(data_dir, bootstrap_server):
+    if _offline(data_dir, bootstrap):
         assert data_dir is not None
         store = _open_store(data_dir, create=False)
         present = [m for m in names if m in store.credentials_of(name)]
@@ -161,7 +155,7 @@ def delete_user(
         _store(store, store.changed({}, [(name, m) for m in present]))
         typer.echo(f"Deleted {', '.join(present)} credentials of user {name!r}.")
         return
-    session = connect_admin(bootstrap_server or "127.0.0.1:9092")
+    session = connect_admin(bootstrap or "127.0.0.1:9092")
     try:
         described = result_of(
             session.admin.describe_user_scram_credentials([name])[name], "Describing the user"

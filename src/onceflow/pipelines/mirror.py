@@ -48,7 +48,8 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from onceflow.cli.options import UsageError, parse_pairs
+from onceflow.cli.errors import UsageError
+from onceflow.cli.options import parse_pairs
 from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.data_source import TARGET_PREFIX, MirrorDataSource, mirror_target
 from onceflow.mirror.group_sync import GroupsPatternError, GroupSync, GroupSyncError, groups_pattern
