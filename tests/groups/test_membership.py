@@ -329,6 +329,26 @@ def test_pending_member_delays_join_completion_until_it_rejoins() -> None:
     assert a.result.generation_id == b.result.generation_id == c.result.generation_id == 2
 
 
+def test_member_rejoining_with_its_id_after_the_last_member_expired_is_accepted() -> None:
+    """A restarted consumer (KIP-394) gets its member id; before it comes back with it, the
+    session of its killed predecessor expires: the group is rebalancing with no member, and
+    waits for the pending one. Kafka counts a protocol as supported by all members when its
+    count equals the member count, zero here, so the rejoin is accepted (aiokafka treats
+    INCONSISTENT_GROUP_PROTOCOL as fatal: faust's restarted app stopped for good)."""
+    env = Env()
+    (old,) = env.form_group(1)
+    env.advance(SESSION_MS // 2)
+    pending = env.join(require_known=True, client_id="new").result.member_id
+    env.advance(SESSION_MS // 2 + 1)  # the killed member's session expires
+    group = env.coord.group("g")
+    assert group is not None and not group.members
+    assert state(env) is GroupState.PREPARING_REBALANCE
+    rejoin = env.join(pending, require_known=True)
+    assert rejoin.result.error is E.none and rejoin.result.leader == pending
+    assert rejoin.result.generation_id == 2
+    assert env.heartbeat(old.member_id, 1) is E.unknown_member_id
+
+
 def test_initial_rebalance_delay_waits_and_extends_while_members_arrive() -> None:
     env = Env(group_initial_rebalance_delay_ms=3_000)
     a = env.join(rebalance=10_000)

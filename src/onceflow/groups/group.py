@@ -323,7 +323,10 @@ class ClassicGroup:
             return bool(protocol_type) and bool(names)
         if self.protocol_type != protocol_type:
             return False
-        return bool(names & self.candidate_protocols())
+        # Kafka's count: a protocol every member supports, which any protocol is while the
+        # group rebalances without members (the last one expired, a pending one rejoins).
+        counts, n = self._protocol_counts(), len(self.members)
+        return any(counts.get(name, 0) == n for name in names)
 
     def select_protocol(self) -> str:
         """The protocol every member supports that most members prefer (Kafka's vote)."""
