@@ -1,9 +1,10 @@
 """A raw Kafka connection for tests that must misbehave.
 
 Well-formed requests go through onceflow's own protocol client (`tests/admin_requests.py`).
-This one exists because that client refuses to do what the hostile tests need: send bytes that
-are not a request, a frame it did not negotiate, a size that lies, a request with no answer
-read, and see whether the broker closed the connection.
+This one exists because that client refuses to do what the hostile and security tests need:
+send bytes that are not a request, a frame it did not negotiate, a size that lies, a request
+with no answer read, SASL's bare v0 tokens, plain bytes to a TLS port, and see whether the
+broker closed the connection.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import datetime
 import io
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -21,6 +23,7 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.serial import entity_reader, entity_writer
 
+from onceflow.protocol.entities import build
 from onceflow.records.builder import build_batch
 
 WAIT = 10.0  # seconds any single answer may take
@@ -29,9 +32,12 @@ WAIT = 10.0  # seconds any single answer may take
 class WireClient:
     """One TCP connection speaking Kafka with kio entities, and able to misbehave."""
 
-    def __init__(self, address: str, timeout: float = WAIT) -> None:
+    def __init__(
+        self, address: str, timeout: float = WAIT, tls: ssl.SSLContext | None = None
+    ) -> None:
         host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
         self.correlation_id = 0
 
     def close(self) -> None:
@@ -76,13 +82,29 @@ class WireClient:
     def call(self, request: Any) -> Any:
         return self.receive(request, self.send(request))
 
+    def request(self, api_key: int, version: int, **fields: Any) -> Any:
+        """Send the request `api_key` of `version` with `fields`, and read its answer."""
+        return self.call(request_entity(api_key, version, **fields))
+
+    def send_frame(self, payload: bytes) -> None:
+        """`payload` size-framed, whatever it is (SASL v0 tokens travel so, without header)."""
+        self.send_raw(struct.pack(">i", len(payload)) + payload)
+
+    def receive_frame(self) -> bytes | None:
+        """One size-framed answer as it is, or None once the broker closed the connection."""
+        try:
+            size = struct.unpack(">i", self._read(4))[0]
+            return self._read(size)
+        except (ConnectionError, ssl.SSLError):
+            return None
+
     def closed_by_peer(self, timeout: float = WAIT) -> bool:
         """True when the broker closes this connection within `timeout` (nothing else arrives)."""
         self.sock.settimeout(timeout)
         try:
             return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True  # closed with unread input left: the kernel sends a reset
+        except (ConnectionResetError, ssl.SSLError):
+            return True  # closed with unread input left (a reset), or a TLS session ended
         except TimeoutError:
             return False
 
@@ -94,6 +116,11 @@ class WireClient:
                 raise ConnectionError("broker closed the connection")
             out += chunk
         return bytes(out)
+
+
+def request_entity(api_key: int, version: int, **fields: Any) -> Any:
+    """The kio request `api_key` of `version` with `fields`."""
+    return build(load_request_schema(api_key, version), **fields)
 
 
 def body_of(entity: Any) -> bytes:

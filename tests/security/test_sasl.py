@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.protocol.api_key import ApiKey
 from tests.security.certs import Certs
 from tests.security.conftest import USERS, confluent_config
 from tests.security.roundtrip import (
@@ -20,10 +21,8 @@ from tests.security.roundtrip import (
     confluent_round_trip,
     kafka_python_round_trip,
 )
-from tests.security.wire import Wire
 from tests.waiting import wait_for
-
-METADATA, API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 3, 18, 17, 36
+from tests.wire import WireClient, request_entity
 
 
 @pytest.mark.parametrize(
@@ -114,106 +113,94 @@ def test_bad_credentials_get_an_authentication_error_and_no_data(
     assert password not in log
 
 
-def _handshake(wire: Wire, mechanism: str, version: int = 1) -> object:
-    return wire.request(SASL_HANDSHAKE, version, mechanism=mechanism)
+def _connect(broker: EmbeddedBroker, listener: str = "SASL_PLAINTEXT") -> WireClient:
+    return WireClient(f"127.0.0.1:{broker.listener_ports[listener]}")
+
+
+def _handshake(wire: WireClient, mechanism: str, version: int = 1) -> object:
+    return wire.request(ApiKey.SASL_HANDSHAKE, version, mechanism=mechanism)
+
+
+def _metadata(wire: WireClient) -> object:
+    return wire.request(
+        ApiKey.METADATA,
+        12,
+        topics=(),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
 
 
 def test_failed_authentication_is_answered_after_the_delay_then_closed(
     secure_broker: EmbeddedBroker,
 ) -> None:
-    wire = Wire(secure_broker.listener_ports["SASL_PLAINTEXT"])
-    try:
+    with _connect(secure_broker) as wire:
         handshake = _handshake(wire, "PLAIN")
         assert handshake.error_code == ErrorCode.none
         assert set(handshake.mechanisms) == {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
         started = time.monotonic()
-        answer = wire.request(SASL_AUTHENTICATE, 2, auth_bytes=b"\x00alice\x00wrong")
+        answer = wire.request(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\x00alice\x00wrong")
         waited = time.monotonic() - started
         assert answer.error_code == ErrorCode.sasl_authentication_failed
         assert answer.error_message == "Authentication failed: Invalid username or password"
         assert waited >= 0.1  # connection.failed.authentication.delay.ms, a lower bound
-        assert wire.closed_by_broker()
-    finally:
-        wire.close()
+        assert wire.closed_by_peer()
 
 
-@pytest.mark.parametrize("api_key", [METADATA, SASL_AUTHENTICATE])
+@pytest.mark.parametrize("api_key", [ApiKey.METADATA, ApiKey.SASL_AUTHENTICATE])
 def test_nothing_but_sasl_is_served_before_authentication(
     secure_broker: EmbeddedBroker, api_key: int
 ) -> None:
-    wire = Wire(secure_broker.listener_ports["SASL_PLAINTEXT"])
-    try:
-        assert wire.request(API_VERSIONS, 3, client_software_name="t", client_software_version="1")
-        if api_key == METADATA:
-            wire.send(
-                METADATA,
+    with _connect(secure_broker) as wire:
+        assert wire.request(
+            ApiKey.API_VERSIONS, 3, client_software_name="t", client_software_version="1"
+        )
+        if api_key == ApiKey.METADATA:
+            request = request_entity(
+                ApiKey.METADATA,
                 12,
                 topics=None,
                 allow_auto_topic_creation=False,
                 include_topic_authorized_operations=False,
             )
         else:  # before SaslHandshake
-            wire.send(SASL_AUTHENTICATE, 2, auth_bytes=b"\x00alice\x00alice-secret")
-        assert wire.closed_by_broker()
-    finally:
-        wire.close()
+            request = request_entity(
+                ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\x00alice\x00alice-secret"
+            )
+        wire.send(request)
+        assert wire.closed_by_peer()
 
 
 def test_an_unsupported_mechanism_is_refused_with_the_enabled_ones(
     secure_broker: EmbeddedBroker,
 ) -> None:
-    wire = Wire(secure_broker.listener_ports["SASL_PLAINTEXT"])
-    try:
+    with _connect(secure_broker) as wire:
         answer = _handshake(wire, "GSSAPI")
         assert answer.error_code == ErrorCode.unsupported_sasl_mechanism
         assert "SCRAM-SHA-256" in answer.mechanisms
-        assert wire.closed_by_broker()
-    finally:
-        wire.close()
+        assert wire.closed_by_peer()
 
 
 def test_sasl_on_a_plaintext_listener_is_an_illegal_state(secure_broker: EmbeddedBroker) -> None:
-    wire = Wire(secure_broker.listener_ports["PLAINTEXT"])
-    try:
+    with _connect(secure_broker, "PLAINTEXT") as wire:
         assert _handshake(wire, "PLAIN").error_code == ErrorCode.illegal_sasl_state
-        answer = wire.request(SASL_AUTHENTICATE, 1, auth_bytes=b"\x00a\x00b")
+        answer = wire.request(ApiKey.SASL_AUTHENTICATE, 1, auth_bytes=b"\x00a\x00b")
         assert answer.error_code == ErrorCode.illegal_sasl_state
-        # and the connection goes on serving
-        assert wire.request(
-            METADATA,
-            12,
-            topics=(),
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
-    finally:
-        wire.close()
+        assert _metadata(wire)  # and the connection goes on serving
 
 
 def test_handshake_v0_takes_bare_tokens(secure_broker: EmbeddedBroker) -> None:
     """KIP-43: after SaslHandshake v0 the tokens travel size-framed without a header."""
-    wire = Wire(secure_broker.listener_ports["SASL_PLAINTEXT"])
-    try:
+    with _connect(secure_broker) as wire:
         assert _handshake(wire, "PLAIN", version=0).error_code == ErrorCode.none
-        wire.send_raw(b"\x00alice\x00" + USERS["alice"][0].encode())
-        assert wire.receive_raw() == b""  # PLAIN's empty final token
-        metadata = wire.request(
-            METADATA,
-            12,
-            topics=(),
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
+        wire.send_frame(b"\x00alice\x00" + USERS["alice"][0].encode())
+        assert wire.receive_frame() == b""  # PLAIN's empty final token
+        metadata = _metadata(wire)
         assert metadata.brokers[0].port == secure_broker.listener_ports["SASL_PLAINTEXT"]
-    finally:
-        wire.close()
-    wire = Wire(secure_broker.listener_ports["SASL_PLAINTEXT"])
-    try:
+    with _connect(secure_broker) as wire:
         assert _handshake(wire, "PLAIN", version=0).error_code == ErrorCode.none
-        wire.send_raw(b"\x00alice\x00wrong")
-        assert wire.receive_raw() is None  # no answer: closed after the delay
-    finally:
-        wire.close()
+        wire.send_frame(b"\x00alice\x00wrong")
+        assert wire.receive_frame() is None  # no answer: closed after the delay
 
 
 def test_transactions_and_read_committed_over_sasl_ssl(

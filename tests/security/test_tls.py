@@ -24,9 +24,8 @@ from tests.security.roundtrip import (
     confluent_round_trip,
     kafka_python_round_trip,
 )
-from tests.security.wire import Wire
+from tests.wire import WireClient, api_versions_request
 
-API_VERSIONS = 18
 T = TypeVar("T")
 
 
@@ -72,15 +71,12 @@ def test_metadata_advertises_the_listener_connected_to(
 def test_a_plaintext_client_on_a_tls_port_gets_nothing(
     secure_broker: EmbeddedBroker, certs: Certs
 ) -> None:
-    wire = Wire(secure_broker.listener_ports["SSL"])
-    try:
-        wire.send(API_VERSIONS, 3, client_software_name="x", client_software_version="1")
-        answer = wire.receive_raw()
+    with WireClient(f"127.0.0.1:{secure_broker.listener_ports['SSL']}") as wire:
+        wire.send(api_versions_request())
+        answer = wire.receive_frame()
         # At most a TLS alert (not a Kafka frame), then the connection is closed.
         assert answer is None or not answer.startswith(b"\x00\x00\x00\x01")
-        assert wire.closed_by_broker()
-    finally:
-        wire.close()
+        assert wire.closed_by_peer()
 
 
 def _client_context(
@@ -113,14 +109,12 @@ def test_a_bad_client_certificate_fails_even_where_only_requested(
     assert producer.flush(5) == 1
     context = _client_context(certs, cert, key)
     try:
-        wire = Wire(secure_broker.listener_ports["SSL"], context)
+        wire = WireClient(f"127.0.0.1:{secure_broker.listener_ports['SSL']}", tls=context)
     except (ssl.SSLError, ConnectionError):
         return  # refused within the handshake
-    try:
-        wire.send(API_VERSIONS, 3, client_software_name="x", client_software_version="1")
-        assert wire.receive_raw() is None
-    finally:
-        wire.close()
+    with wire:
+        wire.send(api_versions_request())
+        assert wire.receive_frame() is None
 
 
 # -- in process: the principal each connection gets ----------------------------------------
