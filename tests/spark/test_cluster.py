@@ -23,7 +23,7 @@ from .conftest import ROOT
 from .copy_job import check_output
 from .file_inputs import TRANSACTION_IDS, transaction_files
 from .kafka_io import committed_batches, create_topic, produce, read_values, wait_mid_batch
-from .test_mirror import Source, check_mirrored
+from .mirror_runs import Source, check_mirrored
 from .word_count_runs import sentences
 
 PIPELINES = ROOT / "src" / "onceflow" / "pipelines"

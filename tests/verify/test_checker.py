@@ -10,44 +10,23 @@ import pytest
 from onceflow.verify.anomalies import KINDS, CheckResult
 from onceflow.verify.checker import check
 from onceflow.verify.history import UNKNOWN, History
-from tests.verify.histories import FAIL, OK, OUT, READ_UNCOMMITTED, A, B, Placed, Scenario
-
-V1: Placed = (A, 0, 0, "p1.1.0")
-V2: Placed = (B, 0, 0, "p1.1.1")  # same transaction as V1, other partition
-V3: Placed = (A, 0, 2, "p2.1.0")  # aborted on purpose; its ABORT marker at A-0:3
-V4: Placed = (A, 0, 4, "p1.2.0")
-COPY: Placed = (OUT, 0, 0, "p1.1.0>c.1")  # the copier's copy of V1
-ENDS = {(A, 0): 6, (B, 0): 2, (OUT, 0): 2}
-ALL_UNCOMMITTED = [V1, V3, V4, V2, COPY]  # the final read_uncommitted pass of clean()
-
-
-def clean(
-    *,
-    committed: list[Placed] | None = None,
-    uncommitted: list[Placed] | None = None,
-    final_offsets: list[tuple[str, int, int]] | None = None,
-    extra: Any = None,
-) -> Scenario:
-    """Two producers (one transaction aborted on purpose), a copier, read_committed and
-    read_uncommitted readers and the final passes, all consistent; `extra(s)` adds more
-    operations before the final passes."""
-    s = Scenario()
-    s.txn("p1#1", "p1.1", [V1, V2], OK)
-    s.txn("p2#1", "p2.1", [V3], FAIL, intent="abort")
-    s.txn("p1#1", "p1.2", [V4], OK)
-    s.txn("c#1", "c.1", [COPY], OK, reads=[V1], offsets=[(A, 0, 1)])
-    s.poll("rc#1", [V1, V4, V2, COPY])
-    s.poll("ru#1", [V1, V3, V4, V2], READ_UNCOMMITTED)
-    s.offsets("offsets#1", [(A, 0, 1)])
-    if extra is not None:
-        extra(s)
-    s.finals(
-        [V1, V4, V2, COPY] if committed is None else committed,
-        [V1, V3, V4, V2, COPY] if uncommitted is None else uncommitted,
-        ENDS,
-    )
-    s.final_offsets([(A, 0, 1)] if final_offsets is None else final_offsets)
-    return s
+from tests.verify.histories import (
+    ALL_UNCOMMITTED,
+    COPY,
+    FAIL,
+    OK,
+    OUT,
+    READ_UNCOMMITTED,
+    V1,
+    V2,
+    V3,
+    V4,
+    A,
+    B,
+    Placed,
+    Scenario,
+    clean,
+)
 
 
 def only(result: CheckResult, kind: str) -> list[dict[str, Any]]:

@@ -9,8 +9,7 @@ import pytest
 from onceflow.verify.checker import check
 from onceflow.verify.history import READ_COMMITTED
 from onceflow.verify.mirror_check import MIRROR_READ, check_mirror, source_ops
-from tests.verify.histories import Placed, Scenario
-from tests.verify.test_checker import COPY, V1, V2, V3, V4, clean
+from tests.verify.histories import COPY, V1, V2, V3, V4, Placed, Scenario, clean
 
 
 def renamed(t: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from onceflow.verify.checker import check
 from onceflow.verify.faults import FAULT_KINDS
 from onceflow.verify.history import FAIL, OK, TXN, History, Op
-from tests.verify.test_verify_run import assert_clean, run_verify
+from tests.verify.runs import assert_clean, run_verify
 
 # Seen: 36 rounds in a 40 s run with every fault, 27 in 20 s without (one round every ~1 s
 # per the 200 ms backoff, the 16 KiB segments and the broker's pauses and restarts).

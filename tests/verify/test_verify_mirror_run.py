@@ -15,7 +15,7 @@ import pytest
 from onceflow.verify.history import OK, POLL, History, Op
 from onceflow.verify.mirror_check import MIRROR_READ, check_mirror
 from onceflow.verify.mirror_run import target_topic
-from tests.verify.test_verify_run import assert_clean, run_verify, verify_command
+from tests.verify.runs import assert_clean, run_verify, verify_command
 
 FAULTS = ("kill", "kill-mirror")
 
