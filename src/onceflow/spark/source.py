@@ -141,7 +141,7 @@ class OnceflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = self._with_new_partitions(from_spark_json(start))
-        latest = self.lookup.latest(begin)
+        latest = self.lookup.latest(begin, known=begin)
         end: PartitionOffsets = {}
         for tp, offset in begin.items():
             stop = latest.get(tp, offset)

@@ -38,6 +38,13 @@ class OffsetLookupError(RuntimeError):
     """The cluster did not answer a metadata or ListOffsets request within the retries."""
 
 
+class IncompleteAnswerError(RuntimeError):
+    """A ListOffsets answer without an offset for some partition and without an error:
+    librdkafka leaves it at -1001 (RD_KAFKA_OFFSET_INVALID), seen while the broker restarts.
+    Retried as a failed lookup; taken as "no new data", it would end processAllAvailable and
+    Trigger.AvailableNow before the end of the input."""
+
+
 class TopicAuthorizationError(PermissionError):
     """A subscribed topic is not visible to this principal (no Describe ACL): as Spark's Kafka
     source (TopicAuthorizationException), fail rather than read nothing. Never retried."""
@@ -69,7 +76,7 @@ class TopicOffsets:
         for attempt in range(attempts):
             try:
                 return call()
-            except KafkaException as exc:
+            except (KafkaException, IncompleteAnswerError) as exc:
                 if attempt + 1 == attempts:
                     raise OffsetLookupError(f"{what} failed after {attempts} attempts") from exc
                 log.warning("%s failed (attempt %d): %s", what, attempt + 1, exc)
@@ -119,8 +126,15 @@ class TopicOffsets:
                 raise
 
     def _list_offsets(
-        self, tps: Iterable[TopicPartitionKey], spec: OffsetSpec, isolation: IsolationLevel
+        self,
+        tps: Iterable[TopicPartitionKey],
+        spec: OffsetSpec,
+        isolation: IsolationLevel,
+        known: PartitionOffsets | None = None,
     ) -> PartitionOffsets:
+        """Offsets of `tps`; with `known` (what the query has read), an answer behind it is
+        fetched again up to the retries, as Spark's Kafka source does with "incorrect
+        offsets" (a restarting broker), and returned as it is after them."""
         wanted = list(tps)
         if not wanted:
             return {}
@@ -131,18 +145,33 @@ class TopicOffsets:
                 isolation_level=isolation,
                 request_timeout=self.options.request_timeout_s,
             )
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            found = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            unset = {tp: offset for tp, offset in found.items() if offset < 0}
+            if unset:
+                raise IncompleteAnswerError(f"no offset in the answer for {unset}")
+            return found
 
-        return self._retrying("listing offsets", lookup)
+        attempts = self.options.fetch_offset_retries + 1
+        for attempt in range(attempts):
+            found = self._retrying("listing offsets", lookup)
+            behind = {tp: (known[tp], o) for tp, o in found.items() if o < (known or {}).get(tp, o)}
+            if not behind or attempt + 1 == attempts:
+                return found
+            log.warning("offsets behind those read (read, listed): %s; fetching again", behind)
+            time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
+        raise AssertionError("unreachable")
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> PartitionOffsets:
         return self._list_offsets(tps, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED)
 
-    def latest(self, tps: Iterable[TopicPartitionKey]) -> PartitionOffsets:
-        """High watermarks, or last stable offsets when the source reads committed data."""
+    def latest(
+        self, tps: Iterable[TopicPartitionKey], known: PartitionOffsets | None = None
+    ) -> PartitionOffsets:
+        """High watermarks, or last stable offsets when the source reads committed data;
+        `known`: what the query has read (see _list_offsets)."""
         isolation = (
             IsolationLevel.READ_COMMITTED
             if self.options.isolation_level == "read_committed"
             else IsolationLevel.READ_UNCOMMITTED
         )
-        return self._list_offsets(tps, OffsetSpec.latest(), isolation)
+        return self._list_offsets(tps, OffsetSpec.latest(), isolation, known)
