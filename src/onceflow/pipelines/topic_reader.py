@@ -31,12 +31,20 @@ def end_offsets(
     metadata = admin.list_topics(topic, timeout=timeout)
     partitions = sorted(metadata.topics[topic].partitions)
     isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
-    futures = admin.list_offsets(
-        {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
-        isolation_level=isolation,
-        request_timeout=timeout,
-    )
-    return {tp.partition: f.result().offset for tp, f in futures.items()}
+    deadline = time.monotonic() + timeout
+    while True:
+        futures = admin.list_offsets(
+            {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
+            isolation_level=isolation,
+            request_timeout=timeout,
+        )
+        ends = {tp.partition: f.result().offset for tp, f in futures.items()}
+        # librdkafka may leave a partition's offset unset (-1001) without an error
+        if min(ends.values(), default=0) >= 0:
+            return ends
+        if time.monotonic() > deadline:
+            raise ReadTimeoutError(f"{topic}: no end offset for some partitions: {ends}")
+        time.sleep(0.2)
 
 
 def read_topic(
