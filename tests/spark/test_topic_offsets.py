@@ -5,17 +5,20 @@ demo's exactly-once run once stopped a micro-batch short after a broker SIGKILL)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from onceflow.spark.options import SourceOptions
 from onceflow.spark.source import OnceflowStreamReader
 from onceflow.spark.topic_offsets import OffsetLookupError, TopicOffsets
 
 UNSET = -1001  # librdkafka's RD_KAFKA_OFFSET_INVALID
+NO_LEADER = -2  # (scripted) the answer of a broker that is down: _NOENT "No leaders found"
 OPTIONS = {
     "kafka.bootstrap.servers": "127.0.0.1:1",
     "subscribe": "t",
@@ -33,6 +36,8 @@ class _Future:
         self.offset = offset
 
     def result(self) -> _Listed:
+        if self.offset == NO_LEADER:
+            raise KafkaException(KafkaError(KafkaError._NOENT, "No leaders found"))
         return _Listed(self.offset)
 
 
@@ -49,11 +54,13 @@ class ScriptedAdmin:
         return {tp: _Future(answer[tp.partition]) for tp in request}
 
 
-def lookup(answers: list[dict[int, int]], retries: int = 3) -> TopicOffsets:
+def lookup(
+    answers: list[dict[int, int]], retries: int = 3, request_timeout_s: float = 30.0
+) -> TopicOffsets:
     options = SourceOptions.parse(
         {**OPTIONS, "fetchOffset.numRetries": str(retries)}, streaming=True
     )
-    offsets = TopicOffsets(options)
+    offsets = TopicOffsets(dataclasses.replace(options, request_timeout_s=request_timeout_s))
     offsets._admin = ScriptedAdmin(answers)  # type: ignore[assignment]
     return offsets
 
@@ -65,7 +72,8 @@ def test_an_offset_left_unset_is_fetched_again() -> None:
 
 
 def test_offsets_left_unset_through_every_retry_fail_the_lookup() -> None:
-    offsets = lookup([{0: UNSET}] * 3, retries=2)
+    # (with no time to wait for a restarting broker, each attempt is one answer)
+    offsets = lookup([{0: UNSET}] * 3, retries=2, request_timeout_s=0)
     with pytest.raises(OffsetLookupError):
         offsets.latest([("t", 0)])
 
@@ -85,3 +93,21 @@ def test_latest_offset_of_the_stream_never_comes_from_an_unset_answer() -> None:
     reader.lookup.partitions = lambda: [("t", 0)]  # type: ignore[method-assign]
     end = reader.latestOffset({"t": {"0": 2496}}, reader.getDefaultReadLimit())
     assert end == {"t": {"0": 2998}}
+
+
+def test_a_broker_down_is_waited_for_within_one_attempt() -> None:
+    offsets = lookup([{0: NO_LEADER}] * 5 + [{0: 2998}], retries=0)
+    assert offsets.latest([("t", 0)]) == {("t", 0): 2998}
+
+
+def test_report_latest_offset_asks_nothing_of_the_broker() -> None:
+    """Spark calls it for progress after each trigger; a look-up there failed the query
+    while a broker restarted. It reports what latestOffset found."""
+    options = SourceOptions.parse(OPTIONS, streaming=True)
+    reader = OnceflowStreamReader(options)
+    reader.lookup._admin = ScriptedAdmin([{0: 2998}])  # type: ignore[assignment]
+    reader.lookup.partitions = lambda: [("t", 0)]  # type: ignore[method-assign]
+    assert reader.reportLatestOffset() is None
+    reader.latestOffset({"t": {"0": 2496}}, reader.getDefaultReadLimit())
+    assert reader.reportLatestOffset() == {"t": {"0": 2998}}
+    assert reader.lookup.admin.calls == 1

@@ -119,6 +119,7 @@ class OnceflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.lookup = TopicOffsets(options)
         self._target: PartitionOffsets | None = None
+        self._latest: PartitionOffsets = {}  # what the last latestOffset found
 
     def initialOffset(self) -> dict:
         return to_spark_json(_starting_offsets(self.options, self.lookup, self.options.starting))
@@ -141,7 +142,7 @@ class OnceflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = self._with_new_partitions(from_spark_json(start))
-        latest = self.lookup.latest(begin, known=begin)
+        latest = self._latest = self.lookup.latest(begin, known=begin)
         end: PartitionOffsets = {}
         for tp, offset in begin.items():
             stop = latest.get(tp, offset)
@@ -159,8 +160,9 @@ class OnceflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_spark_json(end)
 
     def reportLatestOffset(self) -> dict | None:
-        tps = self.lookup.partitions()
-        return to_spark_json(self.lookup.latest(tps)) if tps else None
+        """The latest offsets the last latestOffset found (progress only, as Spark's Kafka
+        source): no look-up of its own, which could fail the query while a broker restarts."""
+        return to_spark_json(self._latest) if self._latest else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin = from_spark_json(start)

@@ -45,6 +45,28 @@ class IncompleteAnswerError(RuntimeError):
     Trigger.AvailableNow before the end of the input."""
 
 
+# What a restarting broker answers, waited for within a look-up's request timeout.
+_TRANSIENT_CODES = frozenset(
+    {
+        KafkaError._NOENT,  # "No leaders found": the metadata has no leader yet
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+_TRANSIENT_BACKOFF_S = 0.1
+
+
+def _transient(exc: Exception) -> bool:
+    if isinstance(exc, IncompleteAnswerError):
+        return True
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _TRANSIENT_CODES)
+
+
 class TopicAuthorizationError(PermissionError):
     """A subscribed topic is not visible to this principal (no Describe ACL): as Spark's Kafka
     source (TopicAuthorizationException), fail rather than read nothing. Never retried."""
@@ -72,15 +94,27 @@ class TopicOffsets:
         return self._admin
 
     def _retrying(self, what: str, call: Callable[[], _T]) -> _T:
+        """`call`, again after a failure. A broker restarting (no leader, a lost connection,
+        an answer without an offset) is waited for up to request_timeout_s, as Kafka's
+        AdminClient retries within default.api.timeout.ms; a look-up still failing then, or
+        failing otherwise, is one of the fetchOffset.numRetries + 1 attempts, spaced by
+        fetchOffset.retryIntervalMs, after which OffsetLookupError."""
         attempts = self.options.fetch_offset_retries + 1
         for attempt in range(attempts):
-            try:
-                return call()
-            except (KafkaException, IncompleteAnswerError) as exc:
-                if attempt + 1 == attempts:
-                    raise OffsetLookupError(f"{what} failed after {attempts} attempts") from exc
-                log.warning("%s failed (attempt %d): %s", what, attempt + 1, exc)
-                time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
+            deadline = time.monotonic() + self.options.request_timeout_s
+            while True:
+                try:
+                    return call()
+                except (KafkaException, IncompleteAnswerError) as exc:
+                    failure: Exception = exc
+                    if not _transient(exc) or time.monotonic() >= deadline:
+                        break
+                    log.debug("%s: %s; asking again", what, exc)
+                    time.sleep(_TRANSIENT_BACKOFF_S)
+            if attempt + 1 == attempts:
+                raise OffsetLookupError(f"{what} failed after {attempts} attempts") from failure
+            log.warning("%s failed (attempt %d): %s", what, attempt + 1, failure)
+            time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
         raise AssertionError("unreachable")
 
     def partitions(self) -> list[TopicPartitionKey]:
