@@ -6,6 +6,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -249,33 +250,31 @@ def test_planned_offsets_deleted_by_retention(
     values = [f"v{i}-" + "x" * 100 for i in range(8)]
     for value in values:  # one batch each
         produce(bootstrap, topic_name, [value], partition=0)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
-    try:
+    partition = TopicPartition(topic_name, 0)
+    with closing(Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})) as consumer:
+
+        def log_start() -> int:
+            return consumer.get_watermark_offsets(partition, 10)[0]
+
         deadline = time.monotonic() + 30
-        while (start := consumer.get_watermark_offsets(TopicPartition(topic_name, 0), 10)[0]) == 0:
+        while (start := log_start()) == 0:
             assert time.monotonic() < deadline, "retention never deleted a segment"
             time.sleep(0.1)
-    finally:
-        consumer.close()
 
-    df = _reader(
-        spark,
-        bootstrap,
-        topic_name,
-        startingOffsets=f'{{"{topic_name}": {{"0": 0}}}}',
-        failOnDataLoss=str(fail_on_data_loss).lower(),
-    )
-    if fail_on_data_loss:
-        with pytest.raises(Exception, match="no longer in the log"):
-            _values(df)
-    else:
+        df = _reader(
+            spark,
+            bootstrap,
+            topic_name,
+            startingOffsets=f'{{"{topic_name}": {{"0": 0}}}}',
+            failOnDataLoss=str(fail_on_data_loss).lower(),
+        )
+        if fail_on_data_loss:
+            with pytest.raises(Exception, match="no longer in the log"):
+                _values(df)
+            return
         got = _values(df)
         # Retention goes on deleting while Spark reads: the read starts at the log start of
         # its own moment, at or after `start` and at or before the log start after it.
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
-        try:
-            later = consumer.get_watermark_offsets(TopicPartition(topic_name, 0), 10)[0]
-        finally:
-            consumer.close()
+        later = log_start()
         first = len(values) - len(got)
-        assert start <= first <= later and got == values[first:], (start, later, got)
+    assert start <= first <= later and got == values[first:], (start, later, got)
