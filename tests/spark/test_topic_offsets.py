@@ -6,52 +6,19 @@ demo's exactly-once run once stopped a micro-batch short after a broker SIGKILL)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
 
 from onceflow.spark.options import SourceOptions
 from onceflow.spark.source import OnceflowStreamReader
 from onceflow.spark.topic_offsets import OffsetLookupError, TopicOffsets
+from tests.scripted_admin import NO_LEADER, UNSET, ScriptedAdmin
 
-UNSET = -1001  # librdkafka's RD_KAFKA_OFFSET_INVALID
-NO_LEADER = -2  # (scripted) the answer of a broker that is down: _NOENT "No leaders found"
 OPTIONS = {
     "kafka.bootstrap.servers": "127.0.0.1:1",
     "subscribe": "t",
     "fetchOffset.retryIntervalMs": "0",
 }
-
-
-@dataclass
-class _Listed:
-    offset: int
-
-
-class _Future:
-    def __init__(self, offset: int) -> None:
-        self.offset = offset
-
-    def result(self) -> _Listed:
-        if self.offset == NO_LEADER:
-            raise KafkaException(KafkaError(KafkaError._NOENT, "No leaders found"))
-        return _Listed(self.offset)
-
-
-class ScriptedAdmin:
-    """Answers each list_offsets call with the next of `answers` (offset by partition)."""
-
-    def __init__(self, answers: list[dict[int, int]]) -> None:
-        self.answers: Iterator[dict[int, int]] = iter(answers)
-        self.calls = 0
-
-    def list_offsets(self, request: dict[Any, Any], **_: Any) -> dict[Any, _Future]:
-        self.calls += 1
-        answer = next(self.answers)
-        return {tp: _Future(answer[tp.partition]) for tp in request}
 
 
 def lookup(

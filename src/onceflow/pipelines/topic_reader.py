@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from onceflow.librdkafka_log import QUIET
+from onceflow.offset_lookup import IncompleteAnswerError, isolation_level, list_offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,21 +30,21 @@ def end_offsets(
 ) -> dict[int, int]:
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": QUIET})
     metadata = admin.list_topics(topic, timeout=timeout)
-    partitions = sorted(metadata.topics[topic].partitions)
-    isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+    partitions = [(topic, p) for p in sorted(metadata.topics[topic].partitions)]
     deadline = time.monotonic() + timeout
     while True:
-        futures = admin.list_offsets(
-            {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
-            isolation_level=isolation,
-            request_timeout=timeout,
-        )
-        ends = {tp.partition: f.result().offset for tp, f in futures.items()}
-        # librdkafka may leave a partition's offset unset (-1001) without an error
-        if min(ends.values(), default=0) >= 0:
-            return ends
-        if time.monotonic() > deadline:
-            raise ReadTimeoutError(f"{topic}: no end offset for some partitions: {ends}")
+        try:
+            ends = list_offsets(
+                admin,
+                partitions,
+                OffsetSpec.latest(),
+                isolation=isolation_level(read_committed),
+                timeout_s=timeout,
+            )
+            return {p: offset for (_, p), offset in ends.items()}
+        except IncompleteAnswerError as exc:
+            if time.monotonic() >= deadline:
+                raise ReadTimeoutError(f"{topic}: {exc}") from exc
         time.sleep(0.2)
 
 

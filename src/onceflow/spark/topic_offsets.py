@@ -11,15 +11,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from confluent_kafka import (
-    IsolationLevel,
-    KafkaError,
-    KafkaException,
-    TopicCollection,
-    TopicPartition,
-)
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from onceflow.offset_lookup import IncompleteAnswerError, isolation_level, list_offsets
 from onceflow.spark.offset_ranges import PartitionOffsets, TopicPartitionKey
 from onceflow.spark.options import SourceOptions
 
@@ -36,13 +31,6 @@ _CONSUMER_ONLY = ("isolation.level", "group.id", "fetch.min.bytes", "fetch.wait.
 
 class OffsetLookupError(RuntimeError):
     """The cluster did not answer a metadata or ListOffsets request within the retries."""
-
-
-class IncompleteAnswerError(RuntimeError):
-    """A ListOffsets answer without an offset for some partition and without an error:
-    librdkafka leaves it at -1001 (RD_KAFKA_OFFSET_INVALID), seen while the broker restarts.
-    Retried as a failed lookup; taken as "no new data", it would end processAllAvailable and
-    Trigger.AvailableNow before the end of the input."""
 
 
 # What a restarting broker answers, waited for within a look-up's request timeout.
@@ -174,16 +162,13 @@ class TopicOffsets:
             return {}
 
         def lookup() -> PartitionOffsets:
-            futures = self.admin.list_offsets(
-                {TopicPartition(t, p): spec for t, p in wanted},
-                isolation_level=isolation,
-                request_timeout=self.options.request_timeout_s,
+            return list_offsets(
+                self.admin,
+                wanted,
+                spec,
+                isolation=isolation,
+                timeout_s=self.options.request_timeout_s,
             )
-            found = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-            unset = {tp: offset for tp, offset in found.items() if offset < 0}
-            if unset:
-                raise IncompleteAnswerError(f"no offset in the answer for {unset}")
-            return found
 
         attempts = self.options.fetch_offset_retries + 1
         for attempt in range(attempts):
@@ -203,9 +188,5 @@ class TopicOffsets:
     ) -> PartitionOffsets:
         """High watermarks, or last stable offsets when the source reads committed data;
         `known`: what the query has read (see _list_offsets)."""
-        isolation = (
-            IsolationLevel.READ_COMMITTED
-            if self.options.isolation_level == "read_committed"
-            else IsolationLevel.READ_UNCOMMITTED
-        )
+        isolation = isolation_level(self.options.isolation_level == "read_committed")
         return self._list_offsets(tps, OffsetSpec.latest(), isolation, known)
