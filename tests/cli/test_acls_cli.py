@@ -15,9 +15,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.cli.harness import Outcome, invoke
-from tests.security.conftest import add_user
+from tests.security.brokers import authorizing, broker_with_users
 
-AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ALICE_PASSWORD = "alice-pw"
 TIMEOUT_S = 30.0
 ROW = ["RESOURCE TYPE", "NAME", "PATTERN TYPE", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"]
@@ -26,19 +25,14 @@ ROW = ["RESOURCE TYPE", "NAME", "PATTERN TYPE", "PRINCIPAL", "HOST", "OPERATION"
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     data_dir = tmp_path_factory.mktemp("acls-cli") / "data"
-    add_user(data_dir, "alice", ALICE_PASSWORD, "SCRAM-SHA-256")
-    broker = EmbeddedBroker(
+    with broker_with_users(
         data_dir,
+        {"alice": (ALICE_PASSWORD, ("SCRAM-SHA-256",))},
         listeners="PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-        settings={
-            "authorizer.class.name": AUTHORIZER,
-            "super.users": "User:ANONYMOUS",
-            "group.initial.rebalance.delay.ms": "0",
-        },
-    )
-    broker.start()
-    yield broker
-    broker.stop()
+        settings={**authorizing("ANONYMOUS"), "group.initial.rebalance.delay.ms": "0"},
+        log_level="WARNING",
+    ) as broker:
+        yield broker
 
 
 @pytest.fixture
@@ -269,7 +263,7 @@ def test_acls_outlive_a_restart_and_cluster_authorization(tmp_path: Path) -> Non
     ACL on the Cluster exists that does not allow it."""
     broker = EmbeddedBroker(
         tmp_path / "data",
-        settings={"authorizer.class.name": AUTHORIZER, "allow.everyone.if.no.acl.found": "true"},
+        settings={**authorizing(None), "allow.everyone.if.no.acl.found": "true"},
     )
     broker.start()
     try:

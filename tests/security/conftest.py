@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 import pytest
 
 from onceflow.broker.embedded import EmbeddedBroker
+from tests.security.brokers import broker_with_users
 from tests.security.certs import Certs, broker_tls_settings, make_certs
 
 ALL_LISTENERS = (
@@ -23,24 +22,6 @@ USERS = {
     "alice": ("alice-secret", ("SCRAM-SHA-256", "SCRAM-SHA-512")),
     "bob": ("bob-pw", ("SCRAM-SHA-512",)),
 }
-
-
-def onceflow(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "onceflow.cli.main", *args],
-        capture_output=True,
-        text=True,
-        input=stdin,
-        timeout=60,
-    )
-
-
-def add_user(data_dir: Path, name: str, password: str, mechanism: str) -> None:
-    result = onceflow(
-        "users", "set", name, "--mechanism", mechanism, "--password-file", "-",
-        "--data-dir", str(data_dir), stdin=password + "\n",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
 
 
 def secure_settings(certs: Certs, client_auth: str = "requested") -> dict[str, str]:
@@ -61,15 +42,10 @@ def secure_broker(
     tmp_path_factory: pytest.TempPathFactory, certs: Certs
 ) -> Iterator[EmbeddedBroker]:
     data_dir = tmp_path_factory.mktemp("secure") / "data"
-    for name, (password, mechanisms) in USERS.items():
-        for mechanism in mechanisms:
-            add_user(data_dir, name, password, mechanism)
-    broker = EmbeddedBroker(
-        data_dir, listeners=ALL_LISTENERS, settings=secure_settings(certs), log_level="INFO"
-    )
-    broker.start()
-    yield broker
-    broker.stop()
+    with broker_with_users(
+        data_dir, USERS, listeners=ALL_LISTENERS, settings=secure_settings(certs)
+    ) as broker:
+        yield broker
 
 
 def confluent_config(

@@ -49,9 +49,8 @@ from onceflow.security.acl import AclError
 from onceflow.security.acl import AclOperation as ModelOperation
 from onceflow.security.acl_store import ACLS_FILE, AclStoreError, load_acls
 from tests.admin_requests import call
-from tests.security.conftest import add_user
+from tests.security.brokers import authorizing, broker_with_users
 
-AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 PASSWORDS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
 TIMEOUT_S = 30.0
 
@@ -59,21 +58,14 @@ TIMEOUT_S = 30.0
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     data_dir = tmp_path_factory.mktemp("acls") / "data"
-    for name, password in PASSWORDS.items():
-        add_user(data_dir, name, password, "SCRAM-SHA-256")
-    broker = EmbeddedBroker(
+    users = {name: (password, ("SCRAM-SHA-256",)) for name, password in PASSWORDS.items()}
+    with broker_with_users(
         data_dir,
+        users,
         listeners="SASL_PLAINTEXT://127.0.0.1:0",
-        settings={
-            "authorizer.class.name": AUTHORIZER,
-            "super.users": "User:admin",
-            "group.initial.rebalance.delay.ms": "0",
-        },
-        log_level="INFO",
-    )
-    broker.start()
-    yield broker
-    broker.stop()
+        settings={**authorizing("admin"), "group.initial.rebalance.delay.ms": "0"},
+    ) as broker:
+        yield broker
 
 
 def client(broker: EmbeddedBroker, user: str, **extra: Any) -> dict[str, Any]:
@@ -337,16 +329,14 @@ def test_deny_overrides_allow(acl_broker: EmbeddedBroker) -> None:
 
 
 def test_acls_survive_kill_9(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    for user, password in PASSWORDS.items():
-        add_user(data_dir, user, password, "SCRAM-SHA-256")
-    broker = EmbeddedBroker(
-        data_dir,
+    users = {user: (password, ("SCRAM-SHA-256",)) for user, password in PASSWORDS.items()}
+    with broker_with_users(
+        tmp_path / "data",
+        users,
         listeners="SASL_PLAINTEXT://127.0.0.1:0",
-        settings={"authorizer.class.name": AUTHORIZER, "super.users": "User:admin"},
-    )
-    broker.start()
-    try:
+        settings=authorizing("admin"),
+        log_level="WARNING",
+    ) as broker:
         topic = name("durable")
         create_topic(broker, topic)
         binding = allow("alice", ResourceType.TOPIC, topic, AclOperation.WRITE)
@@ -359,8 +349,6 @@ def test_acls_survive_kill_9(tmp_path: Path) -> None:
         handle = admin(broker)
         assert handle.describe_acls(everything).result(TIMEOUT_S) == [binding]
         assert produce_error(broker, "alice", topic) is None
-    finally:
-        broker.stop()
 
 
 @pytest.mark.parametrize(
@@ -420,12 +408,10 @@ def test_authorized_operations_are_the_ones_the_acls_allow(acl_broker: EmbeddedB
 def test_cluster_authorized_operations_in_metadata_v10(tmp_path: Path) -> None:
     """No super user, allow.everyone.if.no.acl.found: User:ANONYMOUS may do everything on the
     Cluster until an ACL names it, then only what the ACLs allow."""
-    broker = EmbeddedBroker(
+    with EmbeddedBroker(
         tmp_path / "data",
-        settings={"authorizer.class.name": AUTHORIZER, "allow.everyone.if.no.acl.found": "true"},
-    )
-    broker.start()
-    try:
+        settings={**authorizing(None), "allow.everyone.if.no.acl.found": "true"},
+    ) as broker:
 
         def cluster_operations(include: bool) -> int:
             request = MetadataRequest(
@@ -446,5 +432,3 @@ def test_cluster_authorized_operations_in_metadata_v10(tmp_path: Path) -> None:
         describe = allow("ANONYMOUS", ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE)
         handle.create_acls([describe])[describe].result(TIMEOUT_S)
         assert cluster_operations(True) == 1 << AclOperation.DESCRIBE.value
-    finally:
-        broker.stop()

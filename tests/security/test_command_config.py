@@ -15,8 +15,9 @@ from onceflow.client_properties import (
     load_client_properties,
     parse_properties,
 )
+from tests.security.brokers import onceflow
 from tests.security.certs import Certs
-from tests.security.conftest import USERS, onceflow
+from tests.security.conftest import USERS
 
 JAAS = 'org.apache.kafka.common.security.{module} required username="{user}" password="{pw}";'
 

@@ -17,14 +17,9 @@ from confluent_kafka.admin import (
 )
 
 from onceflow.broker.embedded import EmbeddedBroker
+from tests.security.brokers import add_user, onceflow
 from tests.security.certs import Certs
-from tests.security.conftest import (
-    ALL_LISTENERS,
-    add_user,
-    confluent_config,
-    onceflow,
-    secure_settings,
-)
+from tests.security.conftest import ALL_LISTENERS, confluent_config, secure_settings
 from tests.security.roundtrip import RECORDS, confluent_round_trip
 
 

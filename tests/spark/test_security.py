@@ -23,8 +23,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from onceflow.broker.embedded import EmbeddedBroker
+from tests.security.brokers import authorizing, broker_with_users
 from tests.security.certs import Certs, broker_tls_settings, make_certs
-from tests.security.conftest import add_user
 
 from .copy_job import check_output
 from .faults import fail_first_attempt
@@ -32,7 +32,6 @@ from .kafka_io import create_topic, end_offsets, produce, read_values
 
 MECHANISM = "SCRAM-SHA-512"
 PASSWORDS = {"admin": "admin-pw", "pipeline": "pipeline-pw", "nobody": "nobody-pw"}
-AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 SOURCE, OUTPUT, PREFIX = "secure-in", "secure-out", "secure-copy"
 TIMEOUT_S = 30.0
 
@@ -59,22 +58,18 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[EmbeddedBroker]:
     data_dir = tmp_path_factory.mktemp("secured") / "data"
-    for name, password in PASSWORDS.items():
-        add_user(data_dir, name, password, MECHANISM)
-    broker = EmbeddedBroker(
+    users = {name: (password, (MECHANISM,)) for name, password in PASSWORDS.items()}
+    with broker_with_users(
         data_dir,
+        users,
         listeners="SASL_SSL://127.0.0.1:0",
         settings={
             **broker_tls_settings(certs),
             "sasl.enabled.mechanisms": MECHANISM,
-            "authorizer.class.name": AUTHORIZER,
-            "super.users": "User:admin",
+            **authorizing("admin"),
         },
-        log_level="INFO",
-    )
-    broker.start()
-    yield broker
-    broker.stop()
+    ) as broker:
+        yield broker
 
 
 def client(certs: Certs, user: str) -> dict[str, str]:

@@ -49,6 +49,22 @@ def _topics(bootstrap: str, name: str, rows: int, partitions: int = 2, pad: int 
     return values
 
 
+def read_batch(spark: SparkSession, bootstrap: str, **options: str) -> DataFrame:
+    """A batch read of the onceflow source (`options`: the source's, by name)."""
+    return (
+        spark.read.format("onceflow")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .options(**options)
+        .load()
+    )
+
+
+def write_batch(df: DataFrame, bootstrap: str, options: dict[str, str] | None = None) -> None:
+    """A batch write through the onceflow sink (`options`: the sink's, by name)."""
+    writer = df.write.format("onceflow").option("kafka.bootstrap.servers", bootstrap)
+    writer.options(**(options or {})).mode("append").save()
+
+
 @SINKS
 def test_task_failing_after_part_of_its_rows_is_retried(
     spark: SparkSession,
@@ -237,22 +253,10 @@ def test_batch_write_with_a_failing_task(
     exactly_once: bool,
 ) -> None:
     values = _topics(bootstrap, topic_name, 400, pad=1000)
-    df = (
-        spark.read.format("onceflow")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", f"{topic_name}-in")
-        .load()
-        .select("key", "value")
-    )
+    df = read_batch(spark, bootstrap, subscribe=f"{topic_name}-in").select("key", "value")
     failing = df.mapInArrow(fail_first_attempt(150), df.schema)
-    (
-        failing.write.format("onceflow")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", f"{topic_name}-out")
-        .option("exactlyOnce", str(exactly_once).lower())
-        .mode("append")
-        .save()
-    )
+    sink = {"topic": f"{topic_name}-out", "exactlyOnce": str(exactly_once).lower()}
+    write_batch(failing, bootstrap, sink)
     check_output(read_values(bootstrap, f"{topic_name}-out"), values, exactly_once=exactly_once)
 
 
@@ -260,21 +264,11 @@ def test_batch_write_with_an_explicit_prefix_is_idempotent(
     spark: SparkSession, bootstrap: str, topic_name: str
 ) -> None:
     values = _topics(bootstrap, topic_name, 100)
-    df = (
-        spark.read.format("onceflow")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", f"{topic_name}-in")
-        .load()
-        .select("key", "value", F.lit(f"{topic_name}-out").alias("topic"))
+    df = read_batch(spark, bootstrap, subscribe=f"{topic_name}-in").select(
+        "key", "value", F.lit(f"{topic_name}-out").alias("topic")
     )
     for _ in range(2):  # the second run finds every task's rows committed
-        (
-            df.write.format("onceflow")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("transactional.id.prefix", f"job-{topic_name}")
-            .mode("append")
-            .save()
-        )
+        write_batch(df, bootstrap, {"transactional.id.prefix": f"job-{topic_name}"})
     check_output(read_values(bootstrap, f"{topic_name}-out"), values, exactly_once=True)
 
 
@@ -293,14 +287,8 @@ def test_sink_columns_topic_partition_and_headers(
         "topic string, partition int, key string, value string, "
         "headers array<struct<key: string, value: binary>>",
     )
-    df.write.format("onceflow").option("kafka.bootstrap.servers", bootstrap).mode("append").save()
-    read = (
-        spark.read.format("onceflow")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribePattern", f"{topic_name}-.*")
-        .option("includeHeaders", "true")
-        .load()
-    )
+    write_batch(df, bootstrap)
+    read = read_batch(spark, bootstrap, subscribePattern=f"{topic_name}-.*", includeHeaders="true")
     got = sorted(
         (
             r.topic,
@@ -328,8 +316,5 @@ def test_sink_refuses_bad_columns_before_writing(
     spark: SparkSession, bootstrap: str, ddl: str, options: dict[str, str]
 ) -> None:
     df = spark.createDataFrame([], ddl)
-    writer = df.write.format("onceflow").option("kafka.bootstrap.servers", bootstrap)
-    for key, value in options.items():
-        writer = writer.option(key, value)
     with pytest.raises(Exception, match=r"OptionError|column|topic"):
-        writer.mode("append").save()
+        write_batch(df, bootstrap, options)
