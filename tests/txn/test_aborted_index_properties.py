@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_producer_state import T0, data
+from tests.txn.producer_log import T0, data, marker_header
 
 from onceflow.clock import ManualClock
 from onceflow.txn.aborted_index import ENTRY_SIZE, AbortedTxnIndex, txn_index_file
@@ -37,7 +37,7 @@ def _history(steps: list[tuple[int, int, int]]) -> tuple[list[CompletedTxn], int
             seqs[pid] = seqs.get(pid, 0) + count
             end = header.next_offset
         else:
-            done = psm.on_marker(pid, 0, action == 1, end, 0)
+            done = psm.on_marker(marker_header(end, pid, 0, T0), action == 1, 0)
             end += 1
             if done is not None:
                 completed.append(done)

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import pytest
 from kio.schema.errors import ErrorCode
+from tests.txn.producer_log import T0, Partition, data, marker_header, state_of
 
-from onceflow.clock import ManualClock
 from onceflow.records.batch import (
     CONTROL_FLAG,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    NO_SEQUENCE,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
-    BatchHeader,
 )
 from onceflow.txn.errors import (
     InvalidProducerEpochError,
@@ -31,101 +27,6 @@ from onceflow.txn.producer_state import (
 )
 
 INT32_MAX = (1 << 31) - 1
-T0 = 1_700_000_000_000
-
-
-def data(
-    pid: int,
-    epoch: int,
-    seq: int,
-    count: int = 1,
-    *,
-    txn: bool = False,
-    ts: int = T0,
-    crc: int = 0,
-    attributes: int = 0,
-) -> BatchHeader:
-    """A data batch header as a client sends it (base offset 0)."""
-    return BatchHeader(
-        base_offset=0,
-        batch_length=HEADER_SIZE - LOG_OVERHEAD + 10 * count,
-        partition_leader_epoch=-1,
-        magic=2,
-        crc=crc,
-        attributes=attributes | (TRANSACTIONAL_FLAG if txn else 0),
-        last_offset_delta=count - 1,
-        base_timestamp=ts,
-        max_timestamp=ts,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=seq,
-        records_count=count,
-    )
-
-
-class Partition:
-    """A partition log reduced to offsets, driving the manager as the broker does."""
-
-    def __init__(self, clock: ManualClock | None = None, expiration_ms: int = 86_400_000) -> None:
-        self.clock = clock or ManualClock(T0)
-        self.psm = ProducerStateManager(self.clock, expiration_ms)
-        self.log: list[tuple[BatchHeader, tuple[bool, int] | None]] = []
-        self.end = 0
-
-    def produce(self, header: BatchHeader, **kwargs: object) -> DuplicateBatch | tuple[int, int]:
-        duplicate = self.psm.check_append(header, **kwargs)  # type: ignore[arg-type]
-        if duplicate is not None:
-            return duplicate
-        assigned = _with_offset(header, self.end)
-        self.log.append((assigned, None))
-        self.end = assigned.next_offset
-        self.psm.on_append(assigned)
-        return assigned.base_offset, assigned.last_offset
-
-    def marker(
-        self, pid: int, epoch: int, commit: bool, coordinator_epoch: int = 0, **kwargs: object
-    ) -> CompletedTxn | None:
-        self.psm.check_marker(pid, epoch, coordinator_epoch, **kwargs)  # type: ignore[arg-type]
-        offset = self.end
-        ts = self.clock()
-        self.log.append((marker_header(offset, pid, epoch, ts), (commit, coordinator_epoch)))
-        self.end += 1
-        return self.psm.on_marker(
-            pid, epoch, commit, offset, coordinator_epoch, timestamp=ts, **kwargs
-        )  # type: ignore[arg-type]
-
-
-def marker_header(offset: int, pid: int, epoch: int, ts: int) -> BatchHeader:
-    """A COMMIT/ABORT marker batch's header at `offset`, as the log holds it."""
-    return BatchHeader(
-        offset, HEADER_SIZE - LOG_OVERHEAD + 20, -1, 2, 0,
-        TRANSACTIONAL_FLAG | CONTROL_FLAG, 0, ts, ts, pid, epoch, NO_SEQUENCE, 1,
-    )  # fmt: skip
-
-
-def assert_restore_and_replay_match(
-    snapshot: bytes,
-    log: list[tuple[BatchHeader, tuple[bool, int] | None]],
-    from_index: int,
-    live: ProducerStateManager,
-    clock: ManualClock,
-) -> tuple[ProducerStateManager, ProducerStateManager]:
-    """Restore `snapshot` (taken when the log held `from_index` batches), replay the rest of
-    the log, and check it equals a replay of the whole log and the live state; return both."""
-    restored = ProducerStateManager.from_snapshot(snapshot, clock)
-    for header, control in log[from_index:]:
-        restored.replay(header, control)
-    full = ProducerStateManager(clock)
-    for header, control in log:
-        full.replay(header, control)
-    assert _state(restored) == _state(full) == _state(live)
-    return restored, full
-
-
-def _with_offset(header: BatchHeader, offset: int) -> BatchHeader:
-    from dataclasses import replace
-
-    return replace(header, base_offset=offset)
 
 
 @pytest.fixture
@@ -318,7 +219,7 @@ def test_marker_with_lower_epoch_is_rejected(part: Partition) -> None:
     with pytest.raises(InvalidProducerEpochError):
         part.psm.check_marker(1, 2, 0)
     with pytest.raises(InvalidProducerEpochError):
-        part.psm.on_marker(1, 2, False, 5, 0)
+        part.psm.on_marker(marker_header(5, 1, 2, T0), False, 0)
     assert part.psm.open_transactions()[0].first_offset == 0  # nothing changed
 
 
@@ -398,16 +299,6 @@ def test_lso_waits_for_the_marker_to_reach_the_high_watermark(part: Partition) -
 # -- replay, expiration, inspection ---------------------------------------------------------
 
 
-def _state(psm: ProducerStateManager) -> tuple[object, ...]:
-    return (
-        psm.producers(),
-        psm.open_transactions(),
-        {p.producer_id: psm.batch_metadata(p.producer_id) for p in psm.producers()},
-        psm.map_end_offset,
-        psm.first_undecided_offset(),
-    )
-
-
 def test_replay_rebuilds_the_same_state(part: Partition) -> None:
     part.produce(data(-1, -1, -1, 2))
     part.produce(data(1, 0, 0, 3, txn=True))
@@ -418,8 +309,24 @@ def test_replay_rebuilds_the_same_state(part: Partition) -> None:
     part.produce(data(2, 1, 0, 1))
     replayed = ProducerStateManager(part.clock)
     completed = [replayed.replay(h, c) for h, c in part.log]
-    assert _state(replayed) == _state(part.psm)
+    assert state_of(replayed) == state_of(part.psm)
     assert completed[3] == CompletedTxn(1, 2, 6, is_aborted=True, last_stable_offset=7)
+
+
+def test_a_marker_ends_the_transaction_at_its_own_timestamp_live_and_in_replay(
+    part: Partition,
+) -> None:
+    """The producer's last timestamp is the marker batch's, not the clock when it is applied:
+    recovery reads only the batch, so the live state would otherwise differ from a replay."""
+    part.produce(data(1, 0, 0, txn=True))
+    header = marker_header(1, 1, 0, T0 + 500)
+    part.clock.advance(60_000)  # applied a minute after the marker's timestamp
+    part.psm.on_marker(header, True, 0)
+    replayed = ProducerStateManager(part.clock)
+    replayed.replay(part.log[0][0])
+    replayed.replay(header, (True, 0))
+    assert part.psm.producers()[0].last_timestamp == T0 + 500
+    assert state_of(replayed) == state_of(part.psm)
 
 
 def test_replay_needs_the_marker_of_a_control_batch(part: Partition) -> None:

@@ -22,12 +22,12 @@ from hypothesis.stateful import (
     invariant,
     rule,
 )
-from test_producer_state import (
+from tests.txn.producer_log import (
     T0,
-    _with_offset,
     assert_restore_and_replay_match,
     data,
     marker_header,
+    with_offset,
 )
 
 from onceflow.clock import ManualClock
@@ -167,7 +167,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
             outcome = APPEND
         assert outcome == expected, (h, outcome, expected)
         if outcome is APPEND:
-            assigned = _with_offset(h, self.end)
+            assigned = with_offset(h, self.end)
             self.end = assigned.next_offset
             self.log.append((assigned, None))
             self.psm.on_append(assigned)
@@ -260,10 +260,10 @@ class ProducerStateMachine(RuleBasedStateMachine):
         assert outcome == expected
         if outcome is not APPEND:
             return
-        offset, ts = self.end, self.clock()
-        self.log.append((marker_header(offset, pid, epoch, ts), (commit, coordinator_epoch)))
+        offset, header = self.end, marker_header(self.end, pid, epoch, self.clock())
+        self.log.append((header, (commit, coordinator_epoch)))
         self.end += 1
-        completed = self.psm.on_marker(pid, epoch, commit, offset, coordinator_epoch, timestamp=ts)
+        completed = self.psm.on_marker(header, commit, coordinator_epoch)
         assert completed == self.model_marker(pid, epoch, commit, offset, coordinator_epoch)
         self.coordinator_epoch = max(self.coordinator_epoch, coordinator_epoch)
         if epoch != c.epoch:  # the coordinator fenced and bumped the producer

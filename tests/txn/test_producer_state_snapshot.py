@@ -8,7 +8,7 @@ import pytest
 from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_producer_state import T0, Partition, _state, assert_restore_and_replay_match, data
+from tests.txn.producer_log import T0, Partition, assert_restore_and_replay_match, data, state_of
 
 from onceflow.txn.errors import CorruptSnapshotError
 from onceflow.txn.producer_entry import BatchMetadata, ProducerStateEntry
@@ -36,7 +36,7 @@ def _busy_partition() -> Partition:
 def test_round_trip_keeps_every_cached_batch() -> None:
     part = _busy_partition()
     restored = ProducerStateManager.from_snapshot(part.psm.snapshot(), part.clock)
-    assert _state(restored) == _state(part.psm)
+    assert state_of(restored) == state_of(part.psm)
     assert len(restored.batch_metadata(1)) == 5
     # a retry of any of the last five batches still gets its original offsets after a restart
     for i in range(2, 7):

@@ -244,10 +244,8 @@ class Partition:
         self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
         data = build_marker(producer_id, producer_epoch, commit, coordinator_epoch, timestamp)
         info = self.log.append(data, list(iter_batches(data, verify_crc=False)))
-        completed = self.producers.on_marker(
-            producer_id, producer_epoch, commit, info.first_offset, coordinator_epoch
-        )
-        self._record_completion(completed)
+        [(_, marker)] = info.headers
+        self._record_completion(self.producers.on_marker(marker, commit, coordinator_epoch))
         self._snapshot_on_roll()
 
     def append_coordinator_marker(self, data: bytes, commit: bool, coordinator_epoch: int) -> None:

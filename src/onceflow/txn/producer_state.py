@@ -7,7 +7,7 @@ and UnifiedLog.analyzeAndValidateProducerState. The broker drives it around each
     if duplicate is None:
         info = log.append(...)                # assigns offsets
         psm.on_append(assigned_header)        # after: records the batch
-    psm.check_marker(...); log.append(marker); completed = psm.on_marker(...)
+    psm.check_marker(...); info = log.append(marker); completed = psm.on_marker(marker_header, ...)
 
 Recovery is `from_snapshot` (or a fresh manager) followed by `replay` of every batch the log
 holds from `map_end_offset` on: the same state transitions as on_append/on_marker, without the
@@ -277,37 +277,32 @@ class ProducerStateManager:
 
     def on_marker(
         self,
-        producer_id: int,
-        producer_epoch: int,
+        marker: BatchHeader,
         commit: bool,
-        marker_offset: int,
         coordinator_epoch: int,
         *,
-        timestamp: int | None = None,
         transaction_version: int = 0,
     ) -> CompletedTxn | None:
-        """Close the producer's open transaction with the marker appended at `marker_offset`.
+        """Close the producer's open transaction with `marker`, the header of the COMMIT or
+        ABORT batch just appended (its offset ends the transaction, its timestamp is the
+        producer's last).
 
         Validates as check_marker does (call that before appending, so that a rejected marker
-        is never written). Returns the completed transaction, or None when none was open.
+        is never written), then records the marker as replay does. Returns the completed
+        transaction, or None when none was open.
         """
         self.check_marker(
-            producer_id, producer_epoch, coordinator_epoch, transaction_version=transaction_version
+            marker.producer_id,
+            marker.producer_epoch,
+            coordinator_epoch,
+            transaction_version=transaction_version,
         )
-        when = self._clock() if timestamp is None else timestamp
-        return self._apply_marker(
-            producer_id, producer_epoch, commit, marker_offset, coordinator_epoch, when
-        )
+        return self._apply_marker(marker, commit, coordinator_epoch)
 
     def _apply_marker(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        marker_offset: int,
-        coordinator_epoch: int,
-        timestamp: int,
+        self, marker: BatchHeader, commit: bool, coordinator_epoch: int
     ) -> CompletedTxn | None:
+        producer_id, marker_offset = marker.producer_id, marker.base_offset
         self._map_end_offset = max(self._map_end_offset, marker_offset + 1)
         entry = self._entry(producer_id)
         completed = None
@@ -323,7 +318,7 @@ class ProducerStateManager:
             self._ongoing_offsets.remove(first_offset)
             del self._ongoing[first_offset]
             bisect.insort(self._unreplicated, (first_offset, marker_offset))
-        entry.end_transaction(producer_epoch, coordinator_epoch, timestamp)
+        entry.end_transaction(marker.producer_epoch, coordinator_epoch, marker.max_timestamp)
         return completed
 
     def _stable_offset_after(self, producer_id: int, marker_offset: int) -> int:
@@ -349,14 +344,7 @@ class ProducerStateManager:
                 self._map_end_offset = max(self._map_end_offset, header.next_offset)
                 return None
             commit, coordinator_epoch = control
-            return self._apply_marker(
-                header.producer_id,
-                header.producer_epoch,
-                commit,
-                header.base_offset,
-                coordinator_epoch,
-                header.max_timestamp,
-            )
+            return self._apply_marker(header, commit, coordinator_epoch)
         self.on_append(header)
         return None
 
