@@ -28,7 +28,7 @@ def lookup(
         {**OPTIONS, "fetchOffset.numRetries": str(retries)}, streaming=True
     )
     offsets = TopicOffsets(dataclasses.replace(options, request_timeout_s=request_timeout_s))
-    offsets._admin = ScriptedAdmin(answers)  # type: ignore[assignment]
+    offsets.admin = ScriptedAdmin(answers)  # type: ignore[assignment]
     return offsets
 
 
@@ -54,7 +54,7 @@ def test_latest_offset_of_the_stream_never_comes_from_an_unset_answer() -> None:
     """The micro-batch after a broker restart: the end planned covers the rest of the input."""
     options = SourceOptions.parse({**OPTIONS, "fetchOffset.numRetries": "3"}, streaming=True)
     reader = OnceflowStreamReader(options)
-    reader.lookup._admin = ScriptedAdmin(  # type: ignore[assignment]
+    reader.lookup.admin = ScriptedAdmin(  # type: ignore[assignment]
         [{0: UNSET}, {0: UNSET}, {0: 2998}]
     )
     reader.lookup.partitions = lambda: [("t", 0)]  # type: ignore[method-assign]
@@ -72,7 +72,7 @@ def test_report_latest_offset_asks_nothing_of_the_broker() -> None:
     while a broker restarted. It reports what latestOffset found."""
     options = SourceOptions.parse(OPTIONS, streaming=True)
     reader = OnceflowStreamReader(options)
-    reader.lookup._admin = ScriptedAdmin([{0: 2998}])  # type: ignore[assignment]
+    reader.lookup.admin = ScriptedAdmin([{0: 2998}])  # type: ignore[assignment]
     reader.lookup.partitions = lambda: [("t", 0)]  # type: ignore[method-assign]
     assert reader.reportLatestOffset() is None
     reader.latestOffset({"t": {"0": 2496}}, reader.getDefaultReadLimit())

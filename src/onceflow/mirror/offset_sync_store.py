@@ -10,6 +10,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from onceflow.lazy_clients import HoldsClients, client_property
 from onceflow.mirror.offset_syncs import OffsetIndex, OffsetSync, OffsetSyncError
 from onceflow.mirror.positions import read_committed_consumer
 
@@ -20,27 +21,24 @@ class OffsetSyncReadError(RuntimeError):
     """The sync topic could not be read to its end in time."""
 
 
-class OffsetSyncStore:
+class OffsetSyncStore(HoldsClients):
     def __init__(self, client: dict[str, str], topic: str, timeout_s: float = 30.0) -> None:
         self.client = client
         self.topic = topic
         self.timeout_s = timeout_s
         self.index = OffsetIndex()
         self._next = 0  # next offset of the sync topic to read
-        self._consumer: Consumer | None = None
 
-    @property
+    @client_property
     def consumer(self) -> Consumer:
-        if self._consumer is None:
-            self._consumer = read_committed_consumer(
-                self.client,
-                f"{self.topic}.reader",  # never commits: assign() only
-                **{
-                    "enable.partition.eof": True,
-                    "auto.offset.reset": "earliest",  # syncs gone by retention: from the oldest
-                },
-            )
-        return self._consumer
+        return read_committed_consumer(
+            self.client,
+            f"{self.topic}.reader",  # never commits: assign() only
+            **{
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",  # syncs gone by retention: from the oldest
+            },
+        )
 
     def refresh(self) -> int:
         """Read the syncs committed since the last refresh; how many there were."""
@@ -77,6 +75,4 @@ class OffsetSyncStore:
             self.consumer.unassign()
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        self.close_clients()

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from onceflow.lazy_clients import HoldsClients, client_property
 from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.replication_policy import ReplicationPolicy
 from onceflow.spark.offset_ranges import PartitionOffsets, TopicPartitionKey
@@ -45,7 +46,7 @@ def read_committed_consumer(client: dict[str, str], group: str, **overrides: obj
     )
 
 
-class MirrorPositions:
+class MirrorPositions(HoldsClients):
     """Driver-side reads of the positions the target holds; the consumer is made on first use
     (and dropped when pickled), as the source's admin client."""
 
@@ -53,17 +54,11 @@ class MirrorPositions:
         self.client = client
         self.policy = policy
         self.timeout_s = timeout_s
-        self._consumer: Consumer | None = None
 
-    def __getstate__(self) -> dict[str, object]:
-        return {**self.__dict__, "_consumer": None}
-
-    @property
+    @client_property
     def consumer(self) -> Consumer:
-        if self._consumer is None:
-            # read_committed: OffsetFetch with require_stable waits out a commit in progress
-            self._consumer = read_committed_consumer(self.client, mirror_group(self.policy.alias))
-        return self._consumer
+        # read_committed: OffsetFetch with require_stable waits out a commit in progress
+        return read_committed_consumer(self.client, mirror_group(self.policy.alias))
 
     def committed(self, source: Iterable[TopicPartitionKey]) -> PartitionOffsets:
         """{source partition: next source offset to copy}, for partitions the target has a
@@ -86,6 +81,4 @@ class MirrorPositions:
         return out
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        self.close_clients()

@@ -22,6 +22,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from onceflow.lazy_clients import HoldsClients, client_property
 from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.replication_policy import ReplicationPolicy
 from onceflow.spark.offset_ranges import TopicPartitionKey
@@ -46,7 +47,7 @@ class TopicSyncError(RuntimeError):
     """A target topic could not be created or grown to the source's partition count."""
 
 
-class TopicSync:
+class TopicSync(HoldsClients):
     """Remembers the target's partition counts it made sure of, so that a trigger whose source
     partitions did not change costs no request to the target."""
 
@@ -66,16 +67,10 @@ class TopicSync:
         self.retry_for_s = retry_for_s
         self._known: dict[str, int] = {}
         self._internal: set[str] = set()
-        self._target: AdminClient | None = None
 
-    def __getstate__(self) -> dict[str, object]:
-        return {**self.__dict__, "_target": None}
-
-    @property
+    @client_property
     def target(self) -> AdminClient:
-        if self._target is None:
-            self._target = AdminClient({**self.target_client, "logger": QUIET})
-        return self._target
+        return AdminClient({**self.target_client, "logger": QUIET})
 
     def _retrying(self, what: str, call: Callable[[], _T]) -> _T:
         """Retry while a cluster is away (a broker restarting), up to `retry_for_s`."""

@@ -14,6 +14,7 @@ from typing import TypeVar
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from onceflow.lazy_clients import HoldsClients, client_property
 from onceflow.offset_lookup import IncompleteAnswerError, isolation_level, list_offsets
 from onceflow.spark.offset_ranges import PartitionOffsets, TopicPartitionKey
 from onceflow.spark.options import SourceOptions
@@ -60,7 +61,7 @@ class TopicAuthorizationError(PermissionError):
     source (TopicAuthorizationException), fail rather than read nothing. Never retried."""
 
 
-class TopicOffsets:
+class TopicOffsets(HoldsClients):
     """Partitions and offsets of a subscription, through an AdminClient made on first use.
 
     Held by the driver-side reader, which lives in one Python process for the whole query;
@@ -69,17 +70,11 @@ class TopicOffsets:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._admin: AdminClient | None = None
 
-    def __getstate__(self) -> dict[str, object]:
-        return {"options": self.options, "_admin": None}
-
-    @property
+    @client_property
     def admin(self) -> AdminClient:
-        if self._admin is None:
-            conf = {k: v for k, v in self.options.client.items() if k not in _CONSUMER_ONLY}
-            self._admin = AdminClient(conf)
-        return self._admin
+        conf = {k: v for k, v in self.options.client.items() if k not in _CONSUMER_ONLY}
+        return AdminClient(conf)
 
     def _retrying(self, what: str, call: Callable[[], _T]) -> _T:
         """`call`, again after a failure. A broker restarting (no leader, a lost connection,
