@@ -39,6 +39,8 @@ from tests.confluent import create_topic
 from tests.tools.open_transactions import QUIET, dead_address, last_stable_offset, open_transaction
 from tests.waiting import wait_for
 
+API_VERSIONS, METADATA = ApiKey.API_VERSIONS, ApiKey.METADATA
+
 READ_COMMITTED = 1
 LATEST = -1
 
@@ -59,21 +61,21 @@ def test_negotiates_the_highest_version_both_sides_support(client: KafkaClient) 
     advertised = supported_versions()
     assert connection.api_versions == advertised
     for api_key in (
-        3,
-        10,
-        18,
+        METADATA,
+        ApiKey.FIND_COORDINATOR,
+        API_VERSIONS,
         ApiKey.LIST_OFFSETS,
         ApiKey.WRITE_TXN_MARKERS,
         ApiKey.DESCRIBE_PRODUCERS,
-        65,
-        66,
+        ApiKey.DESCRIBE_TRANSACTIONS,
+        ApiKey.LIST_TRANSACTIONS,
     ):
         broker_max = advertised[api_key][1]
         assert connection.version_for(api_key) == min(broker_max, kio_versions(api_key)[1])
     assert connection.version_for(ApiKey.WRITE_TXN_MARKERS) == 1
     # The caller may cap the version; the request class follows the negotiated one.
-    assert connection.version_for(3, max_version=5) == 5
-    assert connection.request_class(3, max_version=5).__version__ == 5
+    assert connection.version_for(ApiKey.METADATA, max_version=5) == 5
+    assert connection.request_class(ApiKey.METADATA, max_version=5).__version__ == 5
     # A floor above what the broker offers is refused, naming both ranges.
     with pytest.raises(UnsupportedApiError, match=r"\(v0-v1\) and this client \(v2-v2\)"):
         connection.version_for(ApiKey.LIST_TRANSACTIONS, min_version=2)
@@ -87,10 +89,10 @@ def test_apis_or_versions_the_broker_lacks_are_refused_before_sending(
     with pytest.raises(UnsupportedApiError, match=f"API {missing}"):
         connection.version_for(missing)
     assert not connection.supports(missing)
-    too_new = connection.api_versions[3][1] + 1
-    if too_new <= kio_versions(3)[1]:
+    too_new = connection.api_versions[ApiKey.METADATA][1] + 1
+    if too_new <= kio_versions(ApiKey.METADATA)[1]:
         request = build(
-            load_request_schema(3, too_new),
+            load_request_schema(ApiKey.METADATA, too_new),
             topics=None,
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False,
@@ -341,7 +343,7 @@ def fake_broker() -> Iterator[Callable[[Answer], FakeBroker]]:
 
 def api_versions_reply(correlation_id: int, version: int, error: ErrorCode, keys: Any) -> bytes:
     """An ApiVersions response: always header v0 (no tagged fields), as Kafka sends it."""
-    cls = load_response_schema(18, version)
+    cls = load_response_schema(ApiKey.API_VERSIONS, version)
     key_cls = sibling(cls, "ApiVersion")
     body = build(
         cls,
@@ -362,22 +364,22 @@ def api_versions_reply(correlation_id: int, version: int, error: ErrorCode, keys
 def test_api_versions_falls_back_to_the_brokers_version(fake_broker: Any) -> None:
     """KIP-511: a broker that does not know our ApiVersions version answers v0 with
     UNSUPPORTED_VERSION and its range; the client asks again at that version."""
-    keys = [(18, 0, 2), (3, 1, 5), (61, 0, 0)]
+    keys = [(API_VERSIONS, 0, 2), (METADATA, 1, 5), (ApiKey.DESCRIBE_PRODUCERS, 0, 0)]
 
     def answer(frame: bytes) -> bytes:
         api_key, version, correlation_id = header_of(frame)
-        assert api_key == 18
+        assert api_key == API_VERSIONS
         if version > 2:
             return api_versions_reply(correlation_id, 0, ErrorCode.unsupported_version, keys[:1])
         return api_versions_reply(correlation_id, version, ErrorCode.none, keys)
 
     fake = fake_broker(answer)
     with BrokerConnection.connect("127.0.0.1", fake.port) as connection:
-        assert fake.requests == [(18, kio_versions(18)[1]), (18, 2)]
-        assert connection.api_versions == {18: (0, 2), 3: (1, 5), 61: (0, 0)}
-        assert connection.version_for(3) == 5
+        assert fake.requests == [(API_VERSIONS, kio_versions(API_VERSIONS)[1]), (API_VERSIONS, 2)]
+        assert connection.api_versions == {key: (lo, hi) for key, lo, hi in keys}
+        assert connection.version_for(METADATA) == 5
         with pytest.raises(UnsupportedApiError, match="DescribeTransactions"):
-            connection.version_for(65)
+            connection.version_for(ApiKey.DESCRIBE_TRANSACTIONS)
 
 
 def test_a_silent_broker_times_out(fake_broker: Any) -> None:
@@ -395,7 +397,7 @@ def test_a_broker_that_hangs_up_is_a_connection_error(fake_broker: Any) -> None:
 
 
 def test_an_answer_to_another_request_is_malformed(fake_broker: Any) -> None:
-    keys = [(18, 0, 4)]
+    keys = [(API_VERSIONS, 0, 4)]
     fake = fake_broker(
         lambda frame: api_versions_reply(
             header_of(frame)[2] + 1, header_of(frame)[1], ErrorCode.none, keys
@@ -420,7 +422,14 @@ class FakeCluster:
     with yet), and node 2 coordinates every transactional id."""
 
     TOPIC = "t"
-    SUPPORTED = {18: (0, 3), 3: (1, 12), 10: (0, 6), 61: (0, 0), 65: (0, 0), 66: (0, 1)}
+    SUPPORTED = {
+        API_VERSIONS: (0, 3),
+        METADATA: (1, 12),
+        ApiKey.FIND_COORDINATOR: (0, 6),
+        ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+        ApiKey.LIST_TRANSACTIONS: (0, 1),
+    }
 
     def __init__(self, start: Callable[[Answer], FakeBroker]) -> None:
         self.seen: list[tuple[int, int, Any]] = []  # (node id, api key, request body)
@@ -428,18 +437,26 @@ class FakeCluster:
         self.actual_leaders = {0: 1, 1: 2}
         self.leaders = {0: 1, 1: 1}
         self.nodes = {node_id: start(self._answerer(node_id)) for node_id in (1, 2)}
+        self._answers: dict[int, Callable[[int, Any], Any]] = {
+            ApiKey.API_VERSIONS: self._api_versions,
+            ApiKey.METADATA: self._metadata,
+            ApiKey.FIND_COORDINATOR: self._find_coordinator,
+            ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
+            ApiKey.DESCRIBE_TRANSACTIONS: self._describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: self._list_transactions,
+        }
 
     def _answerer(self, node_id: int) -> Answer:
         def answer(frame: bytes) -> bytes:
             request = parse_request(frame, self.SUPPORTED)
             self.seen.append((node_id, request.api_key, request.body))
-            body = getattr(self, f"_api_{request.api_key}")(node_id, request)
+            body = self._answers[request.api_key](node_id, request)
             return encode_response(request, body)[4:]
 
         return answer
 
-    def _api_18(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(18, request.api_version)
+    def _api_versions(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.API_VERSIONS, request.api_version)
         key_cls = sibling(cls, "ApiVersion")
         return build(
             cls,
@@ -455,8 +472,8 @@ class FakeCluster:
             zk_migration_ready=False,
         )
 
-    def _api_3(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(3, request.api_version)
+    def _metadata(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.METADATA, request.api_version)
         broker_cls = sibling(cls, "MetadataResponseBroker")
         topic_cls = sibling(cls, "MetadataResponseTopic")
         part_cls = sibling(cls, "MetadataResponsePartition")
@@ -496,8 +513,8 @@ class FakeCluster:
             cluster_authorized_operations=-2147483648,
         )
 
-    def _api_10(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(10, request.api_version)
+    def _find_coordinator(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.FIND_COORDINATOR, request.api_version)
         coordinator = build(
             sibling(cls, "Coordinator"),
             key=request.body.coordinator_keys[0],
@@ -509,8 +526,8 @@ class FakeCluster:
         )
         return build(cls, throttle_time=datetime.timedelta(0), coordinators=(coordinator,))
 
-    def _api_61(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(61, request.api_version)
+    def _describe_producers(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.DESCRIBE_PRODUCERS, request.api_version)
         topic_cls = sibling(cls, "TopicResponse")
         part_cls = sibling(cls, "PartitionResponse")
         parts = []
@@ -534,8 +551,8 @@ class FakeCluster:
             topics=(build(topic_cls, name=self.TOPIC, partitions=tuple(parts)),),
         )
 
-    def _api_65(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(65, request.api_version)
+    def _describe_transactions(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.DESCRIBE_TRANSACTIONS, request.api_version)
         state_cls = sibling(cls, "TransactionState")
         return build(
             cls,
@@ -556,8 +573,8 @@ class FakeCluster:
             ),
         )
 
-    def _api_66(self, node_id: int, request: Any) -> Any:
-        cls = load_response_schema(66, request.api_version)
+    def _list_transactions(self, node_id: int, request: Any) -> Any:
+        cls = load_response_schema(ApiKey.LIST_TRANSACTIONS, request.api_version)
         state_cls = sibling(cls, "TransactionState")
         return build(
             cls,

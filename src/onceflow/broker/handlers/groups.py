@@ -18,6 +18,7 @@ from onceflow.groups.coordinator import (
     SyncGroupRequest,
     SyncResult,
 )
+from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.entities import build, sibling
 from onceflow.security import authorization as auth
 
@@ -45,7 +46,7 @@ def _refused(request: Request) -> Any | None:
         error_code=ErrorCode.group_authorization_failed,
         generation_id=-1,
         protocol_type=None,
-        protocol_name="" if request.api_key == 11 and version < 7 else None,
+        protocol_name="" if request.api_key == ApiKey.JOIN_GROUP and version < 7 else None,
         leader="",
         member_id="",
         members=(),
