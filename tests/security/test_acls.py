@@ -52,16 +52,16 @@ from tests.admin_requests import call
 from tests.security.brokers import authorizing, broker_with_users
 
 PASSWORDS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
+USERS = {name: (password, ("SCRAM-SHA-256",)) for name, password in PASSWORDS.items()}
 TIMEOUT_S = 30.0
 
 
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     data_dir = tmp_path_factory.mktemp("acls") / "data"
-    users = {name: (password, ("SCRAM-SHA-256",)) for name, password in PASSWORDS.items()}
     with broker_with_users(
         data_dir,
-        users,
+        USERS,
         listeners="SASL_PLAINTEXT://127.0.0.1:0",
         settings={**authorizing("admin"), "group.initial.rebalance.delay.ms": "0"},
     ) as broker:
@@ -329,10 +329,9 @@ def test_deny_overrides_allow(acl_broker: EmbeddedBroker) -> None:
 
 
 def test_acls_survive_kill_9(tmp_path: Path) -> None:
-    users = {user: (password, ("SCRAM-SHA-256",)) for user, password in PASSWORDS.items()}
     with broker_with_users(
         tmp_path / "data",
-        users,
+        USERS,
         listeners="SASL_PLAINTEXT://127.0.0.1:0",
         settings=authorizing("admin"),
         log_level="WARNING",
