@@ -65,13 +65,12 @@ class WireClient:
         buf = io.BytesIO()
         entity_writer(header_cls)(buf, header)
         entity_writer(type(request))(buf, request)
-        self.send_raw(struct.pack(">i", buf.tell()) + buf.getvalue())
+        self.send_frame(buf.getvalue())
         return self.correlation_id
 
     def receive(self, request: Any, correlation_id: int) -> Any:
         """Read one response frame and parse it as the answer to `request`."""
-        size = struct.unpack(">i", self._read(4))[0]
-        data = self._read(size)
+        data = self._read_frame()
         response_cls = load_response_schema(request.__api_key__, request.__version__)
         header, pos = entity_reader(response_cls.__header_schema__)(data, 0)
         assert header.correlation_id == correlation_id
@@ -93,8 +92,7 @@ class WireClient:
     def receive_frame(self) -> bytes | None:
         """One size-framed answer as it is, or None once the broker closed the connection."""
         try:
-            size = struct.unpack(">i", self._read(4))[0]
-            return self._read(size)
+            return self._read_frame()
         except (ConnectionError, ssl.SSLError):
             return None
 
@@ -107,6 +105,9 @@ class WireClient:
             return True  # closed with unread input left (a reset), or a TLS session ended
         except TimeoutError:
             return False
+
+    def _read_frame(self) -> bytes:
+        return self._read(struct.unpack(">i", self._read(4))[0])
 
     def _read(self, n: int) -> bytes:
         out = bytearray()
