@@ -195,10 +195,12 @@ def test_idle_connections_are_closed(make_broker: MakeBroker) -> None:
 
 
 def test_max_connections_per_ip_closes_the_extra_connection(make_broker: MakeBroker) -> None:
+    # Six for 127.0.0.1: room for assert_served's producer and consumer at once (librdkafka
+    # holds a bootstrap and a broker connection each, and the consumer one to its coordinator).
     broker = make_broker(
-        settings={"max.connections.per.ip": "1", "max.connections.per.ip.overrides": "127.0.0.1:3"}
+        settings={"max.connections.per.ip": "1", "max.connections.per.ip.overrides": "127.0.0.1:6"}
     )
-    held = [WireClient(broker.bootstrap) for _ in range(3)]
+    held = [WireClient(broker.bootstrap) for _ in range(6)]
     for client in held:
         assert client.call(api_versions_request()).error_code == 0
     extra = WireClient(broker.bootstrap)
