@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.fetch.v12.request import FetchRequest
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.broker.malloc import TRIM_DELAY_S
 from tests.confluent import create_topic
 from tests.waiting import wait_for
 from tests.wire import (
@@ -171,10 +172,19 @@ def test_unread_pipelined_fetches_do_not_grow_memory(
     for client in clients:
         client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.close()
-    wait_quiet(broker)
-    # Everything is released on disconnect, without waiting for a garbage collection.
-    left = broker.rss_bytes() - baseline
-    assert left < 24 * MiB, f"{left / MiB:.0f} MiB still held after the clients left"
+
+    # Everything is released on disconnect, without waiting for a garbage collection: the
+    # broker drops what it held at once and trims the heap TRIM_DELAY_S later (malloc.py), so
+    # the memory is back within a few seconds of an idle broker (a quiet broker may be measured
+    # before its trim has run).
+    def left() -> int:
+        return broker.rss_bytes() - baseline
+
+    wait_for(
+        lambda: left() < 24 * MiB,
+        10 * TRIM_DELAY_S,
+        lambda: f"the memory back: {left() / MiB:.0f} MiB still held after the clients left",
+    )
     assert_served(broker)
 
 
