@@ -25,9 +25,10 @@ import typer
 from confluent_kafka import KafkaError, KafkaException, admin
 
 from onceflow.cli.clients import AdminSession, connect_admin, result_of
-from onceflow.cli.errors import CliError, UsageError, kafka_error_code, kafka_error_text
+from onceflow.cli.errors import CliError, UsageError, kafka_error_text
 from onceflow.cli.options import Command, cluster_command, command_group, option, option_group
 from onceflow.cli.output import note, result_table, stdout_console
+from onceflow.kafka_errors import kafka_error_code
 from onceflow.security.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,

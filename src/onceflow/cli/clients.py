@@ -21,10 +21,10 @@ from onceflow.cli.errors import (
     CliError,
     TopicNotFoundError,
     UsageError,
-    kafka_error_code,
     kafka_error_text,
 )
 from onceflow.client_properties import load_client_properties
+from onceflow.kafka_errors import kafka_error_code
 from onceflow.librdkafka_log import QUIET
 
 # Short on purpose: a tool pointed at the wrong address should say so in seconds.

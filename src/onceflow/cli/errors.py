@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 from typer.core import TyperGroup
 
 from onceflow.cli.output import error_line, note
+from onceflow.kafka_errors import kafka_error
 
 
 class CliError(Exception):
@@ -43,9 +44,10 @@ class TopicNotFoundError(CliError):
 def kafka_error_text(error: KafkaError | KafkaException) -> str:
     """One readable line for a Kafka error: the message and Kafka's error name."""
     if isinstance(error, KafkaException):
-        if not error.args or not isinstance(error.args[0], KafkaError):
+        carried = kafka_error(error)
+        if carried is None:
             return str(error)
-        error = error.args[0]
+        error = carried
     text = error.str().rstrip(".")
     return f"{text} ({error.name()})"
 
@@ -53,13 +55,6 @@ def kafka_error_text(error: KafkaError | KafkaException) -> str:
 def error_text(error: CliError | KafkaException | OSError) -> str:
     """One line for a failure: Kafka's error name for a Kafka exception, else the message."""
     return kafka_error_text(error) if isinstance(error, KafkaException) else str(error)
-
-
-def kafka_error_code(error: KafkaException) -> int | None:
-    """The KafkaError code carried by an exception, if any."""
-    if error.args and isinstance(error.args[0], KafkaError):
-        return error.args[0].code()
-    return None
 
 
 class OnceflowGroup(TyperGroup):

@@ -33,11 +33,11 @@ from onceflow.cli.errors import (
     CliError,
     TopicNotFoundError,
     UsageError,
-    kafka_error_code,
     kafka_error_text,
 )
 from onceflow.cli.options import cluster_command, command_group, parse_pairs, require_at_least
 from onceflow.cli.output import result_table, stdout_console
+from onceflow.kafka_errors import kafka_error_code
 
 topics_app = command_group("Create, list, describe, alter and delete topics.")
 

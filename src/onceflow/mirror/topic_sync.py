@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TypeVar
@@ -22,6 +21,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from onceflow.kafka_errors import kafka_error_code, retriable, retry_transient
 from onceflow.lazy_clients import HoldsClients, client_property
 from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.replication_policy import ReplicationPolicy
@@ -41,6 +41,11 @@ EXCLUDED_CONFIGS = re.compile(
 )
 
 _ALREADY = (KafkaError.TOPIC_ALREADY_EXISTS,)
+
+
+def _away(exc: Exception) -> bool:
+    """A failure worth asking again about: the cluster is away (a broker restarting)."""
+    return retriable(exc, (KafkaError._TRANSPORT,))
 
 
 class TopicSyncError(RuntimeError):
@@ -74,19 +79,17 @@ class TopicSync(HoldsClients):
 
     def _retrying(self, what: str, call: Callable[[], _T]) -> _T:
         """Retry while a cluster is away (a broker restarting), up to `retry_for_s`."""
-        deadline = time.monotonic() + self.retry_for_s
-        while True:
-            try:
-                return call()
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                retriable = isinstance(error, KafkaError) and (
-                    error.retriable() or error.code() == KafkaError._TRANSPORT
-                )
-                if not retriable or time.monotonic() > deadline:
-                    raise TopicSyncError(f"{what}: {exc}") from exc
-                log.warning("%s: %s; retrying", what, exc)
-                time.sleep(1.0)
+        try:
+            return retry_transient(
+                call,
+                _away,
+                within_s=self.retry_for_s,
+                backoff_s=1.0,
+                what=what,
+                level=logging.WARNING,
+            )
+        except KafkaException as exc:
+            raise TopicSyncError(f"{what}: {exc}") from exc
 
     def ensure(self, partitions: Iterable[TopicPartitionKey]) -> None:
         """Make every target topic of `partitions` exist with at least as many partitions."""
@@ -152,7 +155,7 @@ class TopicSync(HoldsClients):
                 try:
                     future.result(timeout=self.timeout_s)
                 except KafkaException as exc:
-                    if exc.args[0].code() not in _ALREADY:  # made by an earlier attempt
+                    if kafka_error_code(exc) not in _ALREADY:  # made by an earlier attempt
                         raise
                 log.info("created %s on the target", name)
 
@@ -172,7 +175,7 @@ class TopicSync(HoldsClients):
                     future.result(timeout=self.timeout_s)
                 except KafkaException as exc:
                     # an earlier attempt may have added them, its answer lost
-                    if exc.args[0].code() != KafkaError.INVALID_PARTITIONS:
+                    if kafka_error_code(exc) != KafkaError.INVALID_PARTITIONS:
                         raise
                     if self._target_counts().get(name, 0) < wanted[name]:
                         raise
@@ -193,6 +196,6 @@ def ensure_internal_topic(
     try:
         future[name].result(timeout=timeout_s)
     except KafkaException as exc:
-        if exc.args[0].code() not in _ALREADY:  # else made meanwhile by another driver
+        if kafka_error_code(exc) not in _ALREADY:  # else made meanwhile by another driver
             raise
     log.info("created %s on the target", name)

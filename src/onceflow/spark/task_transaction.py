@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from onceflow.kafka_errors import kafka_error_code
 from onceflow.spark.mark_readers import discard, mark_reader
 from onceflow.spark.sink_columns import produce_batch
 from onceflow.spark.sink_target import SinkTarget, TaskOutcome
@@ -86,8 +87,7 @@ def done_mark_group(prefix: str, partition: int) -> str:
 
 def fenced(exc: KafkaException) -> bool:
     """The error says a newer producer with the same transactional.id took over."""
-    error = exc.args[0] if exc.args else None
-    return isinstance(error, KafkaError) and error.code() in _FENCED
+    return kafka_error_code(exc) in _FENCED
 
 
 def fencing_producer(

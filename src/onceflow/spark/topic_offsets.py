@@ -14,6 +14,7 @@ from typing import TypeVar
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from onceflow.kafka_errors import kafka_error_code, retriable, retry_transient
 from onceflow.lazy_clients import HoldsClients, client_property
 from onceflow.offset_lookup import IncompleteAnswerError, isolation_level, list_offsets
 from onceflow.spark.offset_ranges import PartitionOffsets, TopicPartitionKey
@@ -50,10 +51,7 @@ _TRANSIENT_BACKOFF_S = 0.1
 
 
 def _transient(exc: Exception) -> bool:
-    if isinstance(exc, IncompleteAnswerError):
-        return True
-    error = exc.args[0] if exc.args else None
-    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _TRANSIENT_CODES)
+    return isinstance(exc, IncompleteAnswerError) or retriable(exc, _TRANSIENT_CODES)
 
 
 class TopicAuthorizationError(PermissionError):
@@ -84,16 +82,16 @@ class TopicOffsets(HoldsClients):
         fetchOffset.retryIntervalMs, after which OffsetLookupError."""
         attempts = self.options.fetch_offset_retries + 1
         for attempt in range(attempts):
-            deadline = time.monotonic() + self.options.request_timeout_s
-            while True:
-                try:
-                    return call()
-                except (KafkaException, IncompleteAnswerError) as exc:
-                    failure: Exception = exc
-                    if not _transient(exc) or time.monotonic() >= deadline:
-                        break
-                    log.debug("%s: %s; asking again", what, exc)
-                    time.sleep(_TRANSIENT_BACKOFF_S)
+            try:
+                return retry_transient(
+                    call,
+                    _transient,
+                    within_s=self.options.request_timeout_s,
+                    backoff_s=_TRANSIENT_BACKOFF_S,
+                    what=what,
+                )
+            except (KafkaException, IncompleteAnswerError) as exc:
+                failure: Exception = exc
             if attempt + 1 == attempts:
                 raise OffsetLookupError(f"{what} failed after {attempts} attempts") from failure
             log.warning("%s failed (attempt %d): %s", what, attempt + 1, failure)
@@ -132,15 +130,13 @@ class TopicOffsets(HoldsClients):
             try:
                 future.result()
             except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if isinstance(error, KafkaError):
-                    if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                        raise TopicAuthorizationError(
-                            f"topic {name!r}: TOPIC_AUTHORIZATION_FAILED (no Describe ACL)"
-                        ) from exc
-                    if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        continue
-                raise
+                code = kafka_error_code(exc)
+                if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise TopicAuthorizationError(
+                        f"topic {name!r}: TOPIC_AUTHORIZATION_FAILED (no Describe ACL)"
+                    ) from exc
+                if code != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
 
     def _list_offsets(
         self,
