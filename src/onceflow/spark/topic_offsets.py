@@ -91,11 +91,10 @@ class TopicOffsets(HoldsClients):
                     what=what,
                 )
             except (KafkaException, IncompleteAnswerError) as exc:
-                failure: Exception = exc
-            if attempt + 1 == attempts:
-                raise OffsetLookupError(f"{what} failed after {attempts} attempts") from failure
-            log.warning("%s failed (attempt %d): %s", what, attempt + 1, failure)
-            time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
+                if attempt + 1 == attempts:
+                    raise OffsetLookupError(f"{what} failed after {attempts} attempts") from exc
+                log.warning("%s failed (attempt %d): %s", what, attempt + 1, exc)
+                time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
         raise AssertionError("unreachable")
 
     def partitions(self) -> list[TopicPartitionKey]:
