@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from onceflow.security.acl import AclBinding, AclBindingFilter, AclError
+from onceflow.security.acl_index import AclIndex
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,12 @@ def plan_creations(current: frozenset[AclBinding], creations: Iterable[AclBindin
 
 
 def plan_deletions(
-    current: frozenset[AclBinding], filters: Iterable[AclBindingFilter]
+    current: frozenset[AclBinding] | AclIndex, filters: Iterable[AclBindingFilter]
 ) -> DeletionPlan:
-    remaining = set(current)
+    """Each filter deletes what it matches of what the filters before it left. A filter that
+    names a resource or a principal looks only at those ACLs (the index), not at all of them."""
+    index = current if isinstance(current, AclIndex) else AclIndex(current)
+    deleted: set[AclBinding] = set()
     results: list[tuple[Outcome, list[AclBinding]]] = []
     for acl_filter in filters:
         try:
@@ -65,10 +69,12 @@ def plan_deletions(
         except AclError as e:
             results.append((Outcome(ErrorCode.invalid_request, str(e)), []))
             continue
-        matched = sorted(b for b in remaining if acl_filter.matches(b))
-        remaining.difference_update(matched)
+        matched = [
+            b for b in index.candidates(acl_filter) if b not in deleted and acl_filter.matches(b)
+        ]
+        deleted.update(matched)
         results.append((Outcome(), matched))
-    return DeletionPlan(frozenset(remaining), results)
+    return DeletionPlan(index.bindings - deleted, results)
 
 
 def failed_all(count: int, code: ErrorCode, message: str | None = None) -> list[Outcome]:

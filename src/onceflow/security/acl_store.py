@@ -20,6 +20,7 @@ from onceflow.security.acl import (
     ResourcePattern,
     ResourceType,
 )
+from onceflow.security.acl_index import sort_key
 from onceflow.security.durable_file import (
     DurableFileError,
     load_json_store,
@@ -44,7 +45,7 @@ def load_acls(data_dir: Path) -> frozenset[AclBinding]:
 
 def store_acls(data_dir: Path, acls: Iterable[AclBinding]) -> None:
     """Blocking (fsync): a worker thread in the broker."""
-    payload = {"version": FORMAT_VERSION, "acls": [_encode(b) for b in sorted(acls)]}
+    payload = {"version": FORMAT_VERSION, "acls": [_encode(b) for b in sorted(acls, key=sort_key)]}
     try:
         write_json_atomically(data_dir / ACLS_FILE, payload, mode=0o644)
     except DurableFileError as e:
