@@ -45,6 +45,9 @@ _IMPLIES_DESCRIBE = frozenset(
 )
 _IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
 _CACHE_LIMIT = 10_000
+# Group and transactional ids have no length limit: a name longer than this is decided afresh
+# (a few look-ups) rather than kept, so the cache holds at most 10,000 short keys.
+_CACHED_NAME_LIMIT = 1024
 # May (principal, host) do (operation) on (resource type, name)? The principal as its text.
 Question = tuple[str, str, AclOperation, ResourceType, str]
 _ANY_USER = str(WILDCARD_PRINCIPAL)
@@ -118,6 +121,8 @@ class Authorizer:
         if self.is_super_user(principal):
             return True
         key = (str(principal), host, operation, resource_type, name)
+        if len(name) > _CACHED_NAME_LIMIT:
+            return self._decide(key)
         decision = self._cache.get(key)
         if decision is None:
             decision = self._decide(key)
