@@ -4,6 +4,7 @@ there (still "never expires") instead of failing the record's encoding."""
 
 from __future__ import annotations
 
+from onceflow.groups.config import GroupCoordinatorConfig
 from onceflow.groups.offsets import OffsetAndMetadata
 from onceflow.records.varint import INT64_MAX
 
@@ -22,3 +23,8 @@ def test_a_retention_of_long_max_saturates_the_expire_timestamp() -> None:
     # offsets.retention.ms has long passed: the commit's own retention keeps it
     env.clock.advance(10_000_000)
     assert env.coord.cleanup_expired_offsets().records == []
+
+
+def test_offsets_retention_minutes_in_ms_saturates() -> None:
+    config = GroupCoordinatorConfig.from_properties({"offsets.retention.minutes": str(INT64_MAX)})
+    assert config.offsets_retention_ms == INT64_MAX
