@@ -9,6 +9,7 @@ from typing import Any
 
 from onceflow.log.config import parse_cleanup_policy
 from onceflow.log.errors import LogConfigError
+from onceflow.records.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 from onceflow.security.authorizer import AUTHORIZER_CLASS_NAMES
 from onceflow.security.listeners import (
     DEFAULT_PROTOCOL_MAP,
@@ -184,8 +185,11 @@ class BrokerConfig:
         by_name.update({f.name.replace("_", "."): f for f in fields(self)})
         changes: dict[str, Any] = {}
         for name, raw in settings.items():
-            if name == "log.retention.hours":  # Kafka's coarser alias
-                changes["log_retention_ms"] = _coerce(name, raw, int) * 3_600_000
+            if name == "log.retention.hours":  # Kafka's coarser alias, an INT
+                hours = _coerce(name, raw, int)
+                if not INT32_MIN <= hours <= INT32_MAX:
+                    raise ConfigError(f"setting {name!r}: {raw!r} is not a number of type INT")
+                changes["log_retention_ms"] = hours * 3_600_000
                 continue
             f = by_name.get(name)
             if f is None:
@@ -256,9 +260,14 @@ def _coerce(name: str, raw: Any, kind: type) -> Any:
             return Path(raw)
         if kind is type(None):
             return str(raw)
-        return kind(raw)
+        value = kind(raw)
     except (TypeError, ValueError):
         raise ConfigError(f"setting {name!r}: {raw!r} is not a valid {kind.__name__}") from None
+    # Kafka's widest type is LONG: a value past it would only fail later, in a topic's
+    # configs or an int64 field (every CreateTopics refused), so it is refused at start
+    if kind is int and not INT64_MIN <= value <= INT64_MAX:
+        raise ConfigError(f"setting {name!r}: {raw!r} is not a number of type LONG")
+    return value
 
 
 def load_config(

@@ -14,6 +14,13 @@ format), written atomically after the round's swaps.
 
 Retention waits while a partition is being cleaned; a topic deleted, or its configs altered,
 during a round drops the round (its `.cleaned` files removed), to be planned again.
+
+A partition whose planning or cleaning raises is marked uncleanable (Kafka's
+LogCleanerManager.uncleanablePartitions): the failure is logged once, with the partition and
+the reason, and the cleaner goes on with every other partition, the internal topics included.
+It is tried again when its configs change or its topic is re-created, or after a restart. A
+failed write to the data directory still halts the broker, and a descriptor shortage still
+only fails the tick, as before: neither is the partition's fault.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onceflow.broker.faults import crash_point, delay_point
+from onceflow.broker.storage_failure import is_storage_error
 from onceflow.compaction import (
     CleanerStats,
     CleanRound,
@@ -42,8 +50,8 @@ from onceflow.compaction import (
 )
 from onceflow.compaction.cleanable import LogToClean
 from onceflow.log.config import LogConfig
-from onceflow.log.errors import LogClosedError, SegmentsChangedError
-from onceflow.log.file_handles import file_handles
+from onceflow.log.errors import DescriptorsExhaustedError, LogClosedError, SegmentsChangedError
+from onceflow.log.file_handles import EXHAUSTION_ERRNOS, file_handles
 from onceflow.log.full_disk import check_space
 from onceflow.log.segment import Segment
 from onceflow.log.swap import CleanedSegmentWriter
@@ -83,6 +91,24 @@ class _RoundDropped(Exception):
     """The partition went away or changed during the round."""
 
 
+@dataclass(frozen=True)
+class Uncleanable:
+    """Why the cleaner skips a partition, and the partition and settings it failed with: a
+    re-created topic (a new Partition) or altered configs (a new LogConfig) are tried again."""
+
+    reason: str
+    partition: Partition
+    config: LogConfig
+
+
+def _not_the_partitions_fault(error: Exception) -> bool:
+    """A failed write to the data directory (the broker halts) or a descriptor shortage (the
+    tick fails, the next one tries again): the log cleaner's loop handles those."""
+    if is_storage_error(error) or isinstance(error, DescriptorsExhaustedError):
+        return True
+    return isinstance(error, OSError) and error.errno in EXHAUSTION_ERRNOS
+
+
 class LogCleaner:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
@@ -92,6 +118,8 @@ class LogCleaner:
         self.rounds = 0
         self.dropped = 0
         self.last_round: RoundReport | None = None
+        # Kafka's uncleanablePartitions: skipped until re-created, re-configured or restarted
+        self.uncleanable: dict[TopicPartition, Uncleanable] = {}
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -102,6 +130,7 @@ class LogCleaner:
         """One round on the dirtiest partition, if any is worth cleaning."""
         if not self._broker.config.log_cleaner_enable:
             return
+        self._forget_uncleanable()
         chosen = self._filthiest()
         if chosen is None:
             return
@@ -113,10 +142,46 @@ class LogCleaner:
             log.info("cleaning of %s-%d dropped: %s", partition.topic, partition.index, e)
         except Exception as e:
             if self._live(partition):
-                raise
+                if _not_the_partitions_fault(e):
+                    raise
+                self._mark_uncleanable(partition, "cleaning it failed", e)
+                return
             # deleted under us (its files closed or removed): nothing of ours is left
             self.dropped += 1
             log.info("cleaning of %s-%d dropped: %r", partition.topic, partition.index, e)
+
+    # -- uncleanable partitions -------------------------------------------------------------
+
+    def _mark_uncleanable(self, partition: Partition, what: str, error: Exception) -> None:
+        """Kafka's markPartitionUncleanable: skip this partition from now on and say so once;
+        the others go on being cleaned."""
+        key = (partition.topic, partition.index)
+        self.uncleanable[key] = Uncleanable(repr(error), partition, partition.log.config)
+        log.warning(
+            "log cleaner: %s of %s-%d, marking it uncleanable (skipped until its configs "
+            "change, its topic is re-created or the broker restarts; %d uncleanable "
+            "partition(s)): %r",
+            what,
+            partition.topic,
+            partition.index,
+            len(self.uncleanable),
+            error,
+            exc_info=error,
+        )
+
+    def _forget_uncleanable(self) -> None:
+        """Kafka's maintainUncleanablePartitions (a deleted partition is forgotten), and also
+        a partition whose configs were altered since it failed: the change may be the fix."""
+        for key, entry in list(self.uncleanable.items()):
+            if not self._live(entry.partition):
+                del self.uncleanable[key]
+            elif not self._live(entry.partition, entry.config):
+                del self.uncleanable[key]
+                log.info("log cleaner: %s-%d configs changed, cleanable again", *key)
+
+    def _is_uncleanable(self, partition: Partition) -> bool:
+        entry = self.uncleanable.get((partition.topic, partition.index))
+        return entry is not None and entry.partition is partition
 
     def _partitions(self) -> Iterator[Partition]:
         """Every partition that may be compacted: the topics', then the coordinators' logs
@@ -140,11 +205,17 @@ class LogCleaner:
         best: tuple[Partition, LogToClean] | None = None
         for partition in self._partitions():
             config = partition.log.config
-            if not config.compact:
+            if not config.compact or self._is_uncleanable(partition):
                 continue
             try:
                 candidate = self._plan(partition, config, now)
             except LogClosedError:
+                continue
+            except Exception as e:
+                if _not_the_partitions_fault(e):
+                    raise
+                # as Kafka's grabFilthiestCompactedLog: one partition's failure is its own
+                self._mark_uncleanable(partition, "planning its cleaning failed", e)
                 continue
             if not should_clean(candidate, config.min_cleanable_dirty_ratio):
                 continue

@@ -57,6 +57,8 @@ from onceflow.records.batch import (
 from onceflow.records.builder import build_batch
 from onceflow.records.control import parse_control_type
 from onceflow.records.record import Record, decode_batch
+from onceflow.records.saturating import saturated_add
+from onceflow.records.varint import INT64_MAX, INT64_MIN
 
 Buffer = bytes | bytearray | memoryview
 
@@ -266,8 +268,11 @@ class CleanRound:
             if len(retained) == len(decoded) and not need_horizon:
                 out = bytes(memoryview(raw)[: header.size])
             else:
+                # now + delete.retention.ms saturates: Long.MAX_VALUE means "keep forever"
                 horizon = (
-                    self.now_ms + self.delete_retention_ms if need_horizon else current_horizon
+                    saturated_add(self.now_ms, self.delete_retention_ms)
+                    if need_horizon
+                    else current_horizon
                 )
                 out = rebuild_batch(header, retained, horizon)
         elif retention is BatchRetention.RETAIN_EMPTY:
@@ -300,6 +305,7 @@ def rebuild_batch(header: BatchHeader, records: list[Record], delete_horizon: in
     sequence do not move; same codec; the delete horizon, when given, as the base timestamp
     with the KIP-534 flag."""
     log_append_time = header.is_log_append_time
+    base_timestamp = _base_timestamp(header, records, delete_horizon)
     out = bytearray(
         build_batch(
             records,
@@ -312,7 +318,7 @@ def rebuild_batch(header: BatchHeader, records: list[Record], delete_horizon: in
             control=header.is_control,
             timestamp_type=1 if log_append_time else 0,
             partition_leader_epoch=header.partition_leader_epoch,
-            base_timestamp=delete_horizon,
+            base_timestamp=base_timestamp,
             max_timestamp=header.max_timestamp if log_append_time else None,
         )
     )
@@ -321,6 +327,23 @@ def rebuild_batch(header: BatchHeader, records: list[Record], delete_horizon: in
         set_attributes(out, 0, parse_header(out).attributes | DELETE_HORIZON_FLAG)
     set_crc(out, 0, len(out))
     return bytes(out)
+
+
+def _base_timestamp(header: BatchHeader, records: list[Record], delete_horizon: int | None) -> int:
+    """The base timestamp of the rebuilt batch, such that every record's timestamp delta fits
+    a varlong. The delete horizon, when given, is the base: past the oldest record's timestamp
+    + 2^63 it saturates there (only records stamped near Long.MIN_VALUE bring it below a sane
+    horizon; Java's `long` would wrap instead). Otherwise Kafka's choice, the first record's
+    timestamp, unless a delta from it overflows (records stamped at both ends of the int64
+    range): then the original base, from which every delta already fitted."""
+    low = min(r.timestamp for r in records)
+    if delete_horizon is not None:
+        return min(delete_horizon, low - INT64_MIN)
+    first = records[0].timestamp
+    high = max(r.timestamp for r in records)
+    if low - first >= INT64_MIN and high - first <= INT64_MAX:
+        return first
+    return header.base_timestamp
 
 
 def empty_batch(header: BatchHeader) -> bytes:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from onceflow.records.saturating import saturated_multiply
+
 _INT32_MAX = 2**31 - 1
 
 
@@ -38,5 +40,6 @@ class GroupCoordinatorConfig:
                 values[name] = int(value)
         # Kafka names the retention in minutes; accept it as well.
         if "offsets.retention.minutes" in props and "offsets_retention_ms" not in values:
-            values["offsets_retention_ms"] = int(props["offsets.retention.minutes"]) * 60_000
+            minutes = int(props["offsets.retention.minutes"])
+            values["offsets_retention_ms"] = saturated_multiply(minutes, 60_000)
         return cls(**values)

@@ -31,6 +31,7 @@ from onceflow.groups.offsets_record import (
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
+from onceflow.records.saturating import saturated_add
 
 
 class OffsetManager:
@@ -85,7 +86,8 @@ class OffsetManager:
                 # A commit proves the member is alive, as a heartbeat does.
                 self._membership.schedule_heartbeat(member)
         now = self._ctx.clock()
-        expire = None if retention_time_ms < 0 else now + retention_time_ms
+        # stored as an int64: a retention of Long.MAX_VALUE saturates, still "never"
+        expire = None if retention_time_ms < 0 else saturated_add(now, retention_time_ms)
         return self._offset_records(group_id, offsets, now, expire)
 
     def txn_commit_offsets(
