@@ -3,6 +3,7 @@ one kept, so that a test can assert the issue's bound on what everyone else wait
 
 from __future__ import annotations
 
+import ssl
 import struct
 import threading
 import time
@@ -63,15 +64,25 @@ class Victims:
 
 
 class Trickler:
-    """Connections that each announce a frame of `size` bytes, then send one byte of it every
-    `interval` seconds (on a thread) until stopped: the slow-loris of a Kafka listener."""
+    """Connections that each announce a frame of `size` bytes (unless `announce` is false: they
+    are already inside one), then send one byte of it every `interval` seconds (on a thread)
+    until stopped: the slow loris of a Kafka listener."""
 
-    def __init__(self, clients: Iterable[WireClient], size: int, interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        clients: Iterable[WireClient],
+        size: int,
+        interval: float = 0.5,
+        *,
+        announce: bool = True,
+    ) -> None:
         self.clients = list(clients)
         self.closed: set[int] = set()  # indexes of the connections the broker closed
         self._stop = threading.Event()
         for client in self.clients:
-            client.send_raw(struct.pack(">i", size))
+            if announce:
+                client.send_raw(struct.pack(">i", size))
+            client.sock.setblocking(False)  # a byte that does not fit is sent next time
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
         self._thread.start()
 
@@ -81,7 +92,9 @@ class Trickler:
                 if i in self.closed:
                     continue
                 try:
-                    client.send_raw(b"\x00")
+                    client.sock.send(b"\x00")
+                except (BlockingIOError, ssl.SSLWantWriteError):
+                    continue  # the broker is not reading this one (its buffers are full)
                 except OSError:
                     self.closed.add(i)
 

@@ -3,7 +3,8 @@
 Every byte a client can make the broker hold for it is bounded:
 - a frame being received: the bytes that have arrived are charged to the broker-wide pool
   (`queued.max.request.bytes`, memory_pool.py); while it is used up, a connection with part of
-  a frame stops reading until memory is released (or it gets the pool's lane);
+  a frame stops reading until memory is released (or it gets the pool's lane); the lane's
+  holder must send LANE_MIN_BYTES a second while others wait, or it is closed;
 - before a SASL connection has authenticated: frames of at most `sasl.server.max.receive.size`
   (larger closes the connection), read one at a time, outside the pool, as Kafka's
   SaslServerAuthenticator reads them;
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.handlers.fetch import response_bytes_bound
 from onceflow.broker.log_limit import RateLimitedLog
-from onceflow.broker.memory_pool import MemoryPool
+from onceflow.broker.memory_pool import READ_AHEAD, MemoryPool
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.errors import ProtocolError
@@ -48,6 +49,11 @@ MAX_IN_FLIGHT = 64  # pipelined requests per connection before we stop reading
 MAX_QUEUED_BYTES = 16 << 20  # answers (computed or bounded) per connection before we stop reading
 WRITE_CHUNK = 1 << 20  # an answer is handed to the socket this much at a time
 WRITE_BUFFER_HIGH = 1 << 20  # transport bytes beyond which we wait for the client to read
+# While the request pool is used up, the one connection reading on past it (the lane) must
+# complete its frame at this rate while others wait, or it is closed: otherwise a client that
+# sent queued.max.request.bytes of partial frames and then trickled would hold everyone off.
+LANE_CHECK_S = 1.0
+LANE_MIN_BYTES = READ_AHEAD  # per LANE_CHECK_S
 
 
 class ConnectionOwner(Protocol):
@@ -96,6 +102,8 @@ class Connection(asyncio.Protocol):
         self._responder: asyncio.Task[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_activity = 0.0
+        self._received = 0  # bytes read from the client, for the lane's progress
+        self._lane_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -120,6 +128,7 @@ class Connection(asyncio.Protocol):
         if self._closing:
             return  # after a refused request nothing more is read or answered
         self._touch()
+        self._received += len(data)
         self._frames.feed(data)
         self._read_requests()
 
@@ -207,6 +216,33 @@ class Connection(asyncio.Protocol):
         if held and not self._closing and not self._muted():
             # What is buffered is part of a frame (whole ones were dispatched, unless muted).
             self._waiting_memory = not pool.may_read(self._reader)
+            if pool.lane is self._reader and self._lane_timer is None:
+                self._watch_lane()
+
+    def _watch_lane(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._lane_timer = loop.call_later(LANE_CHECK_S, self._check_lane, self._received)
+
+    def _check_lane(self, received_before: int) -> None:
+        self._lane_timer = None
+        pool = self.broker.request_memory
+        if self._lost or pool.lane is not self._reader:
+            return
+        sent = self._received - received_before
+        if pool.waiting and sent < LANE_MIN_BYTES:
+            limited_log.warning(
+                "lane",
+                "closing connection from %s: the request memory pool "
+                "(queued.max.request.bytes) is used up and it sent %d bytes of its request in "
+                "%.0f s while %d connections wait for memory",
+                self.peer,
+                sent,
+                LANE_CHECK_S,
+                pool.waiting,
+            )
+            self.abort()
+        else:
+            self._watch_lane()
 
     def _memory_granted(self) -> None:
         # Called by the pool when this connection may read again.
@@ -388,6 +424,9 @@ class Connection(asyncio.Protocol):
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+        if self._lane_timer is not None:
+            self._lane_timer.cancel()
+            self._lane_timer = None
         if self._responder is not None and not self._responder.done():
             self._responder.cancel()
         self._writable.set()
