@@ -12,7 +12,7 @@ from collections.abc import Callable
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.confluent import create_topic
 from tests.hostile.test_connections import wait_quiet
-from tests.hostile.victims import ROUND_TRIP_TIMEOUT, Trickler, Victims
+from tests.hostile.victims import ROUND_TRIP_TIMEOUT, Trickler, Victims, size_prefix
 from tests.waiting import wait_for
 from tests.wire import WireClient, api_versions_request, good_batch, produce_request
 
@@ -49,7 +49,7 @@ def test_huge_frames_announced_and_trickled_do_not_freeze_the_broker(
     actions["Produce of 900 KiB"] = lambda: _produce(broker, topic_name)
     with Victims(actions) as victims:
         victims.wait_rounds(2)
-        attack = Trickler([WireClient(broker.bootstrap) for _ in range(4)], 100 * MiB)
+        attack = Trickler([WireClient(broker.bootstrap) for _ in range(4)], size_prefix(100 * MiB))
         try:
             started = victims.rounds
             victims.wait_rounds(started + 10)
@@ -105,7 +105,7 @@ def test_a_pool_used_up_by_partial_frames_still_serves_others(
             sender.send_raw(struct.pack(">i", 100 * MiB))
         _send_until_stalled([s.sock for s in senders], bytes(40 * MiB))
         held = broker.rss_bytes() - baseline
-        attack = Trickler(senders, 0, announce=False)
+        attack = Trickler(senders, b"")  # already inside their frames
         try:
             started = victims.rounds
             victims.wait_rounds(started + 10)

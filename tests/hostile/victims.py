@@ -63,25 +63,22 @@ class Victims:
         assert max(self.worst.values()) <= bound, self.report()
 
 
-class Trickler:
-    """Connections that each announce a frame of `size` bytes (unless `announce` is false: they
-    are already inside one), then send one byte of it every `interval` seconds (on a thread)
-    until stopped: the slow loris of a Kafka listener."""
+def size_prefix(size: int) -> bytes:
+    """What announces a Kafka frame of `size` bytes."""
+    return struct.pack(">i", size)
 
-    def __init__(
-        self,
-        clients: Iterable[WireClient],
-        size: int,
-        interval: float = 0.5,
-        *,
-        announce: bool = True,
-    ) -> None:
+
+class Trickler:
+    """Connections that each send `first` (a frame's size prefix, a TLS record's header; empty
+    for connections already inside a frame), then one byte every `interval` seconds (on a
+    thread) until stopped: the slow loris of a Kafka listener."""
+
+    def __init__(self, clients: Iterable[WireClient], first: bytes, interval: float = 0.5) -> None:
         self.clients = list(clients)
         self.closed: set[int] = set()  # indexes of the connections the broker closed
         self._stop = threading.Event()
         for client in self.clients:
-            if announce:
-                client.send_raw(struct.pack(">i", size))
+            client.send_raw(first)
             client.sock.setblocking(False)  # a byte that does not fit is sent next time
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
         self._thread.start()

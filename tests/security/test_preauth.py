@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.protocol.api_key import ApiKey
-from tests.hostile.victims import ROUND_TRIP_TIMEOUT, Trickler, Victims
+from tests.hostile.victims import ROUND_TRIP_TIMEOUT, Trickler, Victims, size_prefix
 from tests.security.brokers import broker_with_users
 from tests.security.certs import Certs
 from tests.security.conftest import ALL_LISTENERS, USERS, secure_settings
@@ -114,6 +114,34 @@ def test_the_cap_is_lifted_once_authenticated(broker: EmbeddedBroker, certs: Cer
         _metadata(wire)
 
 
+# -- the TLS handshake: what OpenSSL bounds before any frame is read ---------------------------
+
+TLS_HANDSHAKE_RECORD = b"\x16\x03\x01"  # record type handshake, TLS 1.0 framing (ClientHello)
+
+
+@pytest.mark.parametrize(
+    ("what", "data"),
+    [
+        # a record longer than TLS allows (2^14 + 2048): refused on its header
+        ("record too long", TLS_HANDSHAKE_RECORD + struct.pack(">H", 0xFFFF)),
+        # a full record whose ClientHello announces 16 MiB: refused on the message header
+        (
+            "ClientHello of 16 MiB",
+            TLS_HANDSHAKE_RECORD
+            + struct.pack(">H", 1 << 14)
+            + b"\x01\xff\xff\xff"
+            + bytes((1 << 14) - 4),
+        ),
+    ],
+)
+def test_a_tls_handshake_announcing_too_much_is_refused_at_once(
+    broker: EmbeddedBroker, what: str, data: bytes
+) -> None:
+    with WireClient(broker.bootstrap_for("SSL")) as raw:  # TCP only: the bytes are ours
+        raw.send_raw(data)
+        assert raw.closed_by_peer(), what
+
+
 # -- slow loris: huge frames announced, then trickled ------------------------------------------
 
 
@@ -153,12 +181,17 @@ def test_unauthenticated_tricklers_do_not_freeze_the_broker(
                 _connect(broker, certs, "SASL_PLAINTEXT"),
                 _connect(broker, certs, "SASL_SSL"),
             ],
-            100 * MiB,
+            size_prefix(100 * MiB),
         )
         # and frames under the cap, trickled too: they may stay, but hold nothing shared
         under_cap = Trickler(
             [_connect(broker, certs, "SASL_PLAINTEXT") for _ in range(3)],
-            SASL_SERVER_MAX_RECEIVE_SIZE,
+            size_prefix(SASL_SERVER_MAX_RECEIVE_SIZE),
+        )
+        # and TLS handshakes trickled, a full-size record a byte at a time (TCP only)
+        handshakes = Trickler(
+            [WireClient(broker.bootstrap_for("SSL")) for _ in range(3)],
+            TLS_HANDSHAKE_RECORD + struct.pack(">H", 1 << 14),
         )
         try:
             started = victims.rounds
@@ -168,6 +201,7 @@ def test_unauthenticated_tricklers_do_not_freeze_the_broker(
         finally:
             attack.stop()
             under_cap.stop()
+            handshakes.stop()
     admin.close()
     print(victims.report())
     victims.assert_served_within(1.0)
@@ -188,7 +222,7 @@ def test_authenticated_tricklers_do_not_freeze_the_broker(
         attackers.append(client)
     with _victims(broker, certs, admin) as victims:
         victims.wait_rounds(2)
-        attack = Trickler(attackers, 100 * MiB - 1)
+        attack = Trickler(attackers, size_prefix(100 * MiB - 1))
         try:
             started = victims.rounds
             victims.wait_rounds(started + 10)
