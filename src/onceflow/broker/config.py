@@ -112,6 +112,9 @@ class BrokerConfig:
     # Kafka's default is GSSAPI, which onceflow does not offer; PLAIN is opt-in (it sends the
     # password itself, safe only inside TLS).
     sasl_enabled_mechanisms: str = _kafka("sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512")
+    # The largest frame a SASL connection may send before it has authenticated (Kafka's
+    # default); a larger one closes the connection.
+    sasl_server_max_receive_size: int = _kafka("sasl.server.max.receive.size", 524_288)
     connection_failed_authentication_delay_ms: int = _kafka(
         "connection.failed.authentication.delay.ms", 100
     )
@@ -125,6 +128,8 @@ class BrokerConfig:
         self.listener_list()  # fails now, with the setting named, rather than at start
         self.advertised_listener_list()
         self.enabled_mechanisms()
+        if self.sasl_server_max_receive_size < 1:
+            raise ConfigError("setting 'sasl.server.max.receive.size' must be at least 1")
         if self.connection_failed_authentication_delay_ms < 0:
             raise ConfigError("setting 'connection.failed.authentication.delay.ms' is negative")
         self.authorizer_enabled()

@@ -1,9 +1,13 @@
 """One client connection: read frames, run handlers in arrival order, answer in order.
 
 Every byte a client can make the broker hold for it is bounded:
-- a frame being received: its declared size is reserved in the broker-wide pool
-  (`queued.max.request.bytes`) before its body is read; without memory, the connection stops
-  reading until some is released;
+- a frame being received: the bytes that have arrived are charged to the broker-wide pool
+  (`queued.max.request.bytes`, memory_pool.py); while it is used up, a connection with part of
+  a frame stops reading until memory is released (or it gets the pool's lane); the lane's
+  holder must send LANE_MIN_BYTES a second while others wait, or it is closed;
+- before a SASL connection has authenticated: frames of at most `sasl.server.max.receive.size`
+  (larger closes the connection), read one at a time, outside the pool, as Kafka's
+  SaslServerAuthenticator reads them;
 - answers: at most MAX_IN_FLIGHT requests and about MAX_QUEUED_BYTES of answers (a Fetch counts
   its bound until answered) wait on a connection; beyond that the connection stops reading, as
   Kafka mutes a channel, until the client reads its answers. Answers are written in chunks, only
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.handlers.fetch import response_bytes_bound
 from onceflow.broker.log_limit import RateLimitedLog
-from onceflow.broker.memory_pool import MemoryPool
+from onceflow.broker.memory_pool import READ_AHEAD, MemoryPool
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.errors import ProtocolError
@@ -45,6 +49,11 @@ MAX_IN_FLIGHT = 64  # pipelined requests per connection before we stop reading
 MAX_QUEUED_BYTES = 16 << 20  # answers (computed or bounded) per connection before we stop reading
 WRITE_CHUNK = 1 << 20  # an answer is handed to the socket this much at a time
 WRITE_BUFFER_HIGH = 1 << 20  # transport bytes beyond which we wait for the client to read
+# While the request pool is used up, the one connection reading on past it (the lane) must
+# complete its frame at this rate while others wait, or it is closed: otherwise a client that
+# sent queued.max.request.bytes of partial frames and then trickled would hold everyone off.
+LANE_CHECK_S = 1.0
+LANE_MIN_BYTES = READ_AHEAD  # per LANE_CHECK_S
 
 
 class ConnectionOwner(Protocol):
@@ -81,7 +90,8 @@ class Connection(asyncio.Protocol):
         self._frames = FrameReader(broker.config.socket_request_max_bytes)
         self._answers: deque[_Answer] = deque()
         self._queued = 0  # sum of the costs in _answers
-        self._granted: int | None = None  # pool bytes reserved for the frame being received
+        self._charged = 0  # bytes received and not handed over, charged to the pool
+        self._reader = self._memory_granted  # this connection, to the pool (by identity)
         self._waiting_memory = False
         self._closing = False  # no more requests are read; answers due are still written
         self._lost = False
@@ -92,6 +102,8 @@ class Connection(asyncio.Protocol):
         self._responder: asyncio.Task[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_activity = 0.0
+        self._received = 0  # bytes read from the client, for the lane's progress
+        self._lane_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -116,6 +128,7 @@ class Connection(asyncio.Protocol):
         if self._closing:
             return  # after a refused request nothing more is read or answered
         self._touch()
+        self._received += len(data)
         self._frames.feed(data)
         self._read_requests()
 
@@ -143,24 +156,18 @@ class Connection(asyncio.Protocol):
     def _read_requests(self) -> None:
         """Dispatch every whole frame received, as far as the limits allow; then pause reading
         if a limit is met, resume it otherwise."""
+        assert self.session is not None
         pool = self.broker.request_memory
+        self._limit_frames()
         while not self._closing and not self._muted():
             try:
-                size = self._frames.pending_size()
+                frame = self._frames.next_frame()
             except ProtocolError as e:
                 self._refuse(e)
-                return
-            if size is None:
                 break
-            if self._granted is None:
-                if not pool.allocate_or_wait(size, self._memory_granted):
-                    self._waiting_memory = True
-                    break
-                self._granted = size
-            frame = self._frames.next_frame()
             if frame is None:
                 break
-            assert self.session is not None
+            pool.frame_complete(self._reader)
             try:
                 if self.session.raw_tokens:
                     # security hook: after SaslHandshake v0 a frame is a bare SASL token
@@ -175,17 +182,71 @@ class Connection(asyncio.Protocol):
                 result = self.broker.dispatch(self, request)
             except ProtocolError as e:
                 self._refuse(e)
-                return
-            finally:
-                pool.release(self._granted)
-                self._granted = None
+                break
             self._enqueue(request, result)
+        self._charge_memory()
         self._update_reading()
 
+    def _limit_frames(self) -> None:
+        """Until a SASL connection has authenticated, Kafka reads its frames with a bound of
+        `sasl.server.max.receive.size` (and off the request pool), so that an anonymous client
+        cannot announce, and be granted, a 100 MiB frame."""
+        assert self.session is not None
+        config = self.broker.config
+        if self.session.authenticated:
+            self._frames.max_bytes = config.socket_request_max_bytes
+            self._frames.setting = "socket.request.max.bytes"
+        else:
+            self._frames.max_bytes = min(
+                config.sasl_server_max_receive_size, config.socket_request_max_bytes
+            )
+            self._frames.setting = "sasl.server.max.receive.size (before authentication)"
+
+    def _charge_memory(self) -> None:
+        """Charge the pool for what is held of requests not handed over yet; with part of a
+        frame, ask the pool whether to read on (see memory_pool.py)."""
+        assert self.session is not None
+        pool = self.broker.request_memory
+        held = self._frames.buffered if self.session.authenticated else 0
+        if held > self._charged:
+            pool.take(held - self._charged)
+        elif held < self._charged:
+            pool.release(self._charged - held)
+        self._charged = held
+        if held and not self._closing and not self._muted():
+            # What is buffered is part of a frame (whole ones were dispatched, unless muted).
+            self._waiting_memory = not pool.may_read(self._reader)
+            if pool.lane is self._reader and self._lane_timer is None:
+                self._watch_lane()
+
+    def _watch_lane(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._lane_timer = loop.call_later(LANE_CHECK_S, self._check_lane, self._received)
+
+    def _check_lane(self, received_before: int) -> None:
+        self._lane_timer = None
+        pool = self.broker.request_memory
+        if self._lost or pool.lane is not self._reader:
+            return
+        sent = self._received - received_before
+        if pool.waiting and sent < LANE_MIN_BYTES:
+            limited_log.warning(
+                "lane",
+                "closing connection from %s: the request memory pool "
+                "(queued.max.request.bytes) is used up and it sent %d bytes of its request in "
+                "%.0f s while %d connections wait for memory",
+                self.peer,
+                sent,
+                LANE_CHECK_S,
+                pool.waiting,
+            )
+            self.abort()
+        else:
+            self._watch_lane()
+
     def _memory_granted(self) -> None:
-        # Called by the pool when it has reserved this connection's frame.
+        # Called by the pool when this connection may read again.
         self._waiting_memory = False
-        self._granted = self._frames.pending_size()
         # Not from inside the pool's release (another connection's dispatch): on the next turn.
         asyncio.get_running_loop().call_soon(self._read_requests)
 
@@ -194,6 +255,11 @@ class Connection(asyncio.Protocol):
             return True
         if not self._answers:
             return False  # always take one request, however big its answer may be
+        if self.session is not None and not self.session.authenticated:
+            # During authentication one request at a time, as Kafka's authenticator: the next
+            # frame is read once this one is answered, in the state its answer left (a
+            # request pipelined behind SaslAuthenticate is served once authenticated).
+            return True
         return len(self._answers) >= MAX_IN_FLIGHT or self._queued >= MAX_QUEUED_BYTES
 
     def _update_reading(self) -> None:
@@ -343,13 +409,12 @@ class Connection(asyncio.Protocol):
 
     def _release(self) -> None:
         """Drop everything held for this connection, at once."""
-        if self._waiting_memory:
-            self.broker.request_memory.cancel(self._memory_granted)
-            self._waiting_memory = False
-        if self._granted is not None:
-            self.broker.request_memory.release(self._granted)
-            self._granted = None
+        self._waiting_memory = False
         self._frames.clear()
+        pool = self.broker.request_memory
+        pool.cancel(self._reader)
+        pool.release(self._charged)
+        self._charged = 0
         for answer in self._answers:
             if answer.future is not None:
                 # The work goes on (a produce is applied as Kafka does); its answer is dropped.
@@ -359,6 +424,9 @@ class Connection(asyncio.Protocol):
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+        if self._lane_timer is not None:
+            self._lane_timer.cancel()
+            self._lane_timer = None
         if self._responder is not None and not self._responder.done():
             self._responder.cancel()
         self._writable.set()

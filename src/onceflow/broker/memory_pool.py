@@ -1,10 +1,17 @@
 """The broker-wide memory pool for requests being received (Kafka's `queued.max.request.bytes`).
 
-As Kafka's SimpleMemoryPool (non-strict): a frame's declared size is taken from the pool when its
-size prefix has been read, before its body is; the allocation succeeds while any memory is left
-(so one request of any legal size always fits), and a connection whose frame does not fit stops
-reading until memory is released. Whole-frame reservations mean that a granted request can always
-be completed by its sender, so waiting connections cannot deadlock each other.
+A connection is charged for the bytes of requests it has received and not yet handed over,
+not for the size a frame announces. Kafka's SimpleMemoryPool takes the announced size when the
+size prefix is read: then a few connections that announce 100 MiB frames and trickle them a
+byte at a time reserve the whole pool, and no connection on any listener is read until they
+go (issue 19). Charged by what has arrived, such a connection holds a few bytes.
+
+While the pool is used up, a connection with part of a frame stops reading, except one at a
+time: the *lane*, which reads on until its frame is complete, so that connections that each
+hold part of a frame cannot deadlock waiting for each other (the pool is then overrun by at
+most that one frame, as Kafka's non-strict pool is by one allocation). Waiters are served
+first come, first served. A frame that has arrived whole is handed over at once, so small
+requests are served even while the pool is used up.
 """
 
 from __future__ import annotations
@@ -12,43 +19,75 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-Granted = Callable[[], None]
+Reader = Callable[[], None]  # a connection's callback: it may read again
+
+# What one connection may add before it looks at the pool again: asyncio reads a socket at
+# most 256 KiB at a time. Waking waiters assumes each will take that much.
+READ_AHEAD = 256 * 1024
 
 
 class MemoryPool:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity  # <= 0: unbounded, as Kafka's -1
         self.available = capacity
-        self._waiters: OrderedDict[Granted, int] = OrderedDict()
+        self._waiters: OrderedDict[Reader, None] = OrderedDict()
+        self._lane: Reader | None = None
 
     @property
     def bounded(self) -> bool:
         return self.capacity > 0
 
-    def allocate_or_wait(self, size: int, on_granted: Granted) -> bool:
-        """Take `size` bytes now (True), or queue `on_granted`, called once they are taken."""
-        if not self.bounded:
-            return True
-        if self.available > 0 and not self._waiters:
+    def take(self, size: int) -> None:
+        """Charge bytes received (never refused: reading is what `may_read` stops)."""
+        if self.bounded:
             self.available -= size
-            return True
-        self._waiters[on_granted] = size
-        return False
 
     def release(self, size: int) -> None:
         if not self.bounded or size <= 0:
             return
         self.available += size
-        # First come, first served: a big request is not starved by a stream of small ones.
-        while self._waiters and self.available > 0:
-            on_granted, wanted = self._waiters.popitem(last=False)
-            self.available -= wanted
-            on_granted()
+        self._wake()
 
-    def cancel(self, on_granted: Granted) -> None:
-        """Forget a waiter (its connection closed before memory was granted)."""
-        self._waiters.pop(on_granted, None)
+    def may_read(self, reader: Reader) -> bool:
+        """May a connection that holds part of a frame read on? While memory is left, or as
+        the lane; otherwise `reader` is queued, and called once it may."""
+        if not self.bounded or reader is self._lane:
+            return True
+        if reader in self._waiters:
+            return False
+        if not self._waiters:
+            if self.available > 0:
+                return True
+            if self._lane is None:
+                self._lane = reader
+                return True
+        self._waiters[reader] = None
+        return False
+
+    def frame_complete(self, reader: Reader) -> None:
+        """`reader`'s frame has arrived whole: if it held the lane, the lane passes on."""
+        if reader is self._lane:
+            self._lane = None
+            self._wake()
+
+    def cancel(self, reader: Reader) -> None:
+        """Forget a connection (it closed): out of the queue, and out of the lane."""
+        self._waiters.pop(reader, None)
+        self.frame_complete(reader)
+
+    def _wake(self) -> None:
+        budget = self.available
+        while self._waiters and (budget > 0 or self._lane is None):
+            reader, _ = self._waiters.popitem(last=False)
+            if budget <= 0:
+                self._lane = reader
+            budget -= READ_AHEAD
+            reader()
 
     @property
     def waiting(self) -> int:
         return len(self._waiters)
+
+    @property
+    def lane(self) -> Reader | None:
+        return self._lane

@@ -10,14 +10,12 @@ from onceflow.protocol.errors import FrameTooLargeError, ProtocolError
 SIZE = struct.Struct(">i")
 
 
-def check_frame_size(size: int, max_bytes: int) -> None:
+def check_frame_size(size: int, max_bytes: int, setting: str = "socket.request.max.bytes") -> None:
     """Validate an announced frame size before reading the frame into memory."""
     if size < 0:
         raise ProtocolError(f"negative frame size {size}")
     if size > max_bytes:
-        raise FrameTooLargeError(
-            f"frame of {size} bytes exceeds socket.request.max.bytes={max_bytes}"
-        )
+        raise FrameTooLargeError(f"frame of {size} bytes exceeds {setting}={max_bytes}")
 
 
 def frame(payload: bytes | bytearray) -> bytes:
@@ -35,8 +33,11 @@ class FrameReader:
     load.
     """
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, setting: str = "socket.request.max.bytes") -> None:
+        # The bound a size prefix is checked against when it completes, and the setting that
+        # gives it (a SASL connection's bound is lower until it has authenticated).
         self.max_bytes = max_bytes
+        self.setting = setting
         self._chunks: deque[bytes] = deque()
         self._offset = 0  # bytes of the first chunk already consumed
         self._buffered = 0  # bytes received and not yet consumed
@@ -57,7 +58,7 @@ class FrameReader:
             if self._buffered < SIZE.size:
                 return None
             size = SIZE.unpack(self._take(SIZE.size))[0]
-            check_frame_size(size, self.max_bytes)
+            check_frame_size(size, self.max_bytes, self.setting)
             self._size = size
         return self._size
 
