@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -166,6 +167,35 @@ def test_driver_sigkilled_mid_stream_then_restarted(
     # the offset syncs): either way the group resumes on the target exactly where it stood
     assert "mirror: groups: app: source.orders/" in log.read_text()
     assert resume(dst, "app", "source.orders", 2) == after(orders, app)
+
+
+def test_default_policy_onto_the_same_cluster_copies_each_topic_once(
+    spark: SparkSession, make_broker: Callable[..., EmbeddedBroker], tmp_path: Path
+) -> None:
+    """One cluster as source and target: orders becomes source.orders, and source.orders, the
+    mirror's own copy, is not mirrored again (no source.source.orders, and so on without end);
+    the identity policy there is refused before any query starts."""
+    bootstrap = make_broker(tmp_path / "data").bootstrap
+    create_topic(bootstrap, "orders", 2)
+    orders = Source(bootstrap, "orders")
+    orders.write(120)
+    checkpoint = tmp_path / "checkpoint"
+    query = start_mirror(spark, bootstrap, bootstrap, checkpoint, topics=".*")
+    try:
+        wait_for(lambda: caught_up(orders, bootstrap, "source.orders"), 120, "the copy")
+        orders.write(80)  # more triggers, each of which lists the topics again
+        wait_for(lambda: caught_up(orders, bootstrap, "source.orders"), 120, "the copy")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    names = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
+    assert sorted(n for n in names if not n.startswith("__") and "internal" not in n) == [
+        "orders",
+        "source.orders",
+    ]
+    check_mirrored(orders, bootstrap, "source.orders")
+    with pytest.raises(mirror.MirrorLoopError, match="identity"):
+        start_mirror(spark, bootstrap, bootstrap, checkpoint, topics=".*", policy="identity")
 
 
 @pytest.mark.parametrize(

@@ -93,15 +93,17 @@ def mirror_options(
     source_properties: dict[str, str] | None = None,
     target_properties: dict[str, str] | None = None,
     exactly_once: bool = True,
+    same_cluster: bool = False,
 ) -> dict[str, str]:
-    """The `onceflow-mirror` options, for its reader and its writer alike."""
+    """The `onceflow-mirror` options, for its reader and its writer alike. On `same_cluster`
+    the topics the mirror itself made (`{alias}.X`, down the chain) are left out."""
     ReplicationPolicy(policy, alias)  # fail here, on the driver, with the flag's name
     options = {
         **{f"kafka.{k}": v for k, v in (source_properties or {}).items()},
         "kafka.bootstrap.servers": source,
         **{f"{TARGET_PREFIX}{k}": v for k, v in (target_properties or {}).items()},
         f"{TARGET_PREFIX}bootstrap.servers": target,
-        "subscribePattern": subscription_pattern(topics),
+        "subscribePattern": subscription_pattern(topics, alias if same_cluster else None),
         "startingOffsets": "earliest",
         "failOnDataLoss": "true",
         "mirror.alias": alias,
@@ -120,7 +122,10 @@ def start(
     trigger_interval: str | None = None,
     **mirror: object,
 ) -> StreamingQuery:
-    """Start the mirror query (`mirror` are mirror_options' keywords)."""
+    """Start the mirror query (`mirror` are mirror_options' keywords; without `same_cluster`,
+    the two clusters are asked: MirrorLoopError for a mirror that would never end)."""
+    if "same_cluster" not in mirror:
+        mirror["same_cluster"] = same_cluster(**mirror)  # type: ignore[arg-type]
     options = mirror_options(**mirror)  # type: ignore[arg-type]
     spark.dataSource.register(MirrorDataSource)
     writer = (
@@ -147,6 +152,7 @@ def group_sync(
     alias: str = "source",
     source_properties: dict[str, str] | None = None,
     target_properties: dict[str, str] | None = None,
+    same_cluster: bool = False,
     **_ignored: object,
 ) -> GroupSync:
     """The driver's group translation for the mirror of these options (mirror_options')."""
@@ -154,7 +160,7 @@ def group_sync(
         source_client={**(source_properties or {}), "bootstrap.servers": source},
         target_client={**(target_properties or {}), "bootstrap.servers": target},
         policy=ReplicationPolicy(policy, alias),
-        topics=subscription_pattern(topics),
+        topics=subscription_pattern(topics, alias if same_cluster else None),
         groups=groups,
     )
 
@@ -167,15 +173,49 @@ def sync_groups(sync: GroupSync) -> str:
         return f"mirror: groups: not synced this time ({exc})"
 
 
-def check_reachable(name: str, bootstrap: str, client: dict[str, str], timeout: float) -> None:
-    """One metadata request, so that a wrong address fails in one line, before Spark starts."""
+class MirrorLoopError(ValueError):
+    """Source and target are one cluster, and the mirror would copy its own output for ever."""
+
+
+def cluster_id(name: str, bootstrap: str, client: dict[str, str], timeout: float) -> str | None:
+    """The cluster's id (None from a broker too old to say), from one metadata request: a
+    wrong address fails here in one line, before Spark starts."""
     admin = AdminClient({**client, "bootstrap.servers": bootstrap, "logger": QUIET})
     try:
-        admin.list_topics(timeout=timeout)
+        return admin.list_topics(timeout=timeout).cluster_id or None
     except KafkaException as exc:
         raise ConnectionError(
             f"the {name} cluster at {bootstrap} is unreachable ({exc.args[0].str()})"
         ) from None
+
+
+def same_cluster(
+    *,
+    source: str,
+    target: str,
+    policy: str = "default",
+    alias: str = "source",
+    source_properties: dict[str, str] | None = None,
+    target_properties: dict[str, str] | None = None,
+    timeout: float = 10.0,
+    **_ignored: object,
+) -> bool:
+    """Whether source and target are one cluster (same cluster id, however addressed; or the
+    same address). There the identity policy would copy every topic onto itself, its copies
+    included, without end: MirrorLoopError. The default policy's copies are `{alias}.X`, which
+    the mirror then leaves out (MirrorMaker 2's cycle detection)."""
+    source_id = cluster_id("source", source, source_properties or {}, timeout)
+    target_id = cluster_id("target", target, target_properties or {}, timeout)
+    if source_id is None or target_id is None:  # no id to compare: addresses only
+        one = source.strip().lower() == target.strip().lower()
+    else:
+        one = source_id == target_id
+    if one and policy == "identity":
+        raise MirrorLoopError(
+            f"the source and target are the same cluster (cluster id {source_id}): "
+            "--replication-policy identity would mirror every topic onto itself without end"
+        )
+    return one
 
 
 def parser() -> argparse.ArgumentParser:
@@ -244,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             target_properties=target_props,
             exactly_once=not args.at_least_once,
         )
-        options = mirror_options(**mirror)
+        mirror_options(**mirror)  # checks --topics and the policy before any request
         if args.trigger_interval:
             trigger_ms(args.trigger_interval)
         sync_every = args.sync_group_offsets_interval
@@ -256,11 +296,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (MirrorArgumentError, ReplicationPolicyError, UsageError, GroupsPatternError) as exc:
         p.error(str(exc))
     try:
-        check_reachable("source", args.source_bootstrap_server, source_props, 10.0)
-        check_reachable("target", args.target_bootstrap_server, target_props, 10.0)
+        mirror["same_cluster"] = same_cluster(**mirror)  # type: ignore[arg-type]
     except ConnectionError as exc:
         print(f"mirror: error: {exc}", file=sys.stderr)
         sys.exit(1)
+    except MirrorLoopError as exc:  # the options are wrong: a usage error's status, one line
+        print(f"mirror: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if mirror["same_cluster"]:
+        print(
+            f"mirror: the source and target are the same cluster: topics named "
+            f"{args.source_alias}.* (the mirror's own copies) are not mirrored",
+            file=sys.stderr,
+        )
+    options = mirror_options(**mirror)  # type: ignore[arg-type]
     spark = session(f"onceflow-mirror-{args.source_alias}", args.master)
     query = start(
         spark, checkpoint=args.checkpoint, trigger_interval=args.trigger_interval, **mirror
