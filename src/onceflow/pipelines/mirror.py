@@ -45,6 +45,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -62,12 +63,20 @@ from onceflow.mirror.replication_policy import (
     ReplicationPolicyError,
     subscription_pattern,
 )
+from onceflow.mirror.target_limit import RecordTooLargeError
 from onceflow.pipelines.session import client_properties_file, run_until, session
 from onceflow.spark.options import SourceOptions
 from onceflow.spark.topic_offsets import TopicOffsets
 
 _INTERVAL = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*")
 _MS = {"ms": 1, "s": 1000, None: 1000, "m": 60_000, "min": 60_000}
+
+
+# A reason the mirror stops, as the last line of the Python traceback that Spark's error carries
+_STOPPED_BY = re.compile(
+    rf"^{re.escape(RecordTooLargeError.__module__)}\.{RecordTooLargeError.__qualname__}: (.+)$",
+    re.MULTILINE,
+)
 
 
 class MirrorArgumentError(ValueError):
@@ -218,6 +227,13 @@ def same_cluster(
     return one
 
 
+def stopped_by(exc: BaseException) -> str | None:
+    """The one line saying why the mirror stopped (a record too large for the target), out of
+    the query's error that carries it in a task's or the driver's traceback; None if none."""
+    match = _STOPPED_BY.search(str(exc))
+    return match.group(1).strip() if match else None
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mirror", description=__doc__.splitlines()[0])
     p.add_argument("--source-bootstrap-server", required=True)
@@ -311,6 +327,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     options = mirror_options(**mirror)  # type: ignore[arg-type]
     spark = session(f"onceflow-mirror-{args.source_alias}", args.master)
+    try:
+        _run(spark, args, mirror, options, sync_every_s)
+    except StreamingQueryException as exc:
+        reason = stopped_by(exc)
+        if reason is None:
+            raise
+        print(f"mirror: error: {reason}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _run(
+    spark: SparkSession,
+    args: argparse.Namespace,
+    mirror: dict[str, object],
+    options: dict[str, str],
+    sync_every_s: float,
+) -> None:
+    """Start the mirror and run it: to the end with --until-caught-up, else for good, with
+    progress lines and the groups' translation."""
     query = start(
         spark, checkpoint=args.checkpoint, trigger_interval=args.trigger_interval, **mirror
     )
