@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.librdkafka_log import QUIET
+from onceflow.mirror import mirror_transaction
 from onceflow.mirror.mirror_transaction import (
     MirrorTarget,
     mirror_at_least_once,
@@ -177,3 +178,24 @@ def test_a_record_too_large_stops_its_partition_right_before_it(
     # the plain mirror stops there too, with the same line
     (plain,) = mirror_at_least_once(target, [rows(values[5:], first_offset=45)])
     assert (plain.rows, plain.error) == (0, outcome.error)
+
+
+def test_without_the_limit_the_refusal_is_still_one_line(
+    make_broker: Callable[..., EmbeddedBroker], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No DescribeConfigs permission on the target, say: the broker's refusal, or the
+    producer's own (message.max.bytes), stops the partition with the same kind of line, and
+    nothing of that transaction is committed."""
+    target = _target(make_broker, tmp_path)
+    monkeypatch.setattr(mirror_transaction, "max_message_bytes", lambda *_: None)
+    (refused,) = mirror_exactly_once(target, [rows([b"small", b"B" * 20_000], first_offset=7)])
+    assert (refused.rows, refused.error) == (
+        0,
+        f"records of orders/0 at offsets 7 to 8 were refused as too large by {TARGET} on the "
+        "target (max.message.bytes=unknown); raise that, then restart the mirror",
+    )
+    (local,) = mirror_exactly_once(target, [rows([b"small", b"H" * 1_100_000], first_offset=7)])
+    assert local.rows == 0 and local.error is not None
+    assert local.error.startswith("the record at offset 8 of orders/0 is 1100"), local.error
+    assert "the mirror's producer takes (message.max.bytes=1000000)" in local.error
+    assert _committed(target) == ([], -1001)

@@ -117,7 +117,7 @@ class MirrorTransaction(OffsetsTransaction):
                 self.partition,
                 batch.column("offset")[row].as_py(),
                 size,
-                self.topic,
+                f"{self.topic} on the target",
                 f"max.message.bytes={self.limit}",
             )
         try:
@@ -337,8 +337,9 @@ def mirror_at_least_once(
             if too_large is not None:
                 offset = batch.column("offset")[too_large[0]].as_py()
                 limit = f"max.message.bytes={limits[name]}"
+                taker = f"{name} on the target"
                 stopped[(topic, partition)] = str(
-                    record_too_large(topic, partition, offset, too_large[1], name, limit)
+                    record_too_large(topic, partition, offset, too_large[1], taker, limit)
                 )
     undelivered = producer.flush(target.timeout_s) if producer is not None else 0
     if undelivered or errors:

@@ -42,16 +42,18 @@ class RecordTooLargeError(RuntimeError):
 
 
 def record_too_large(
-    source_topic: str, partition: int, offset: int, size: int, target: str, limit: str
+    source_topic: str, partition: int, offset: int, size: int, taker: str, limit: str
 ) -> RecordTooLargeError:
+    """`taker` is who refuses it ("orders on the target", "the mirror's producer")."""
     return RecordTooLargeError(
         f"the record at offset {offset} of {source_topic}/{partition} is {size} bytes, more "
-        f"than {target} on the target takes ({limit}); raise that, then restart the mirror"
+        f"than {taker} takes ({limit}); raise that, then restart the mirror"
     )
 
 
 _lock = threading.Lock()
 _admins: dict[tuple[tuple[str, str], ...], AdminClient] = {}
+_unknown: set[str] = set()  # topics whose limit could not be read (said once)
 
 
 def _admin(client: dict[str, str]) -> AdminClient:
@@ -66,6 +68,7 @@ def close_admins() -> None:
     """Forget the kept admin clients (tests between brokers; they close when collected)."""
     with _lock:
         _admins.clear()
+        _unknown.clear()
 
 
 def max_message_bytes(client: dict[str, str], topic: str, timeout_s: float) -> int | None:
@@ -77,7 +80,11 @@ def max_message_bytes(client: dict[str, str], topic: str, timeout_s: float) -> i
         future = _admin(client).describe_configs([resource], request_timeout=timeout_s)[resource]
         entry = future.result(timeout=timeout_s).get("max.message.bytes")
     except KafkaException as exc:
-        log.warning("%s: max.message.bytes unknown (%s); batches not sized to it", topic, exc)
+        with _lock:  # once per topic and process: every transaction would say it again
+            first = topic not in _unknown
+            _unknown.add(topic)
+        if first:
+            log.warning("%s: max.message.bytes unknown (%s); batches not sized to it", topic, exc)
         return None
     return int(entry.value) if entry is not None and entry.value else None
 

@@ -27,6 +27,11 @@ mirror's position is a source offset, meaningful in any run. Both are the same m
 transactional group offset committed with the data, read after fencing), and the mirror reuses
 its pieces (the fencing producer, the read_committed offset read); they never share a group.
 
+Source and target are told apart by cluster id: one cluster with the identity policy would
+copy every topic onto itself without end, and is refused before Spark starts; with the
+default policy the mirror's own copies (`{alias}.X`) are left out, as MirrorMaker 2 does. A
+record too large for the target topic stops the mirror right before it, with one line.
+
 With --groups, the driver also translates consumer groups' offsets (onceflow.mirror.group_sync,
 through the offset syncs each transaction writes: onceflow.mirror.offset_syncs), so that an
 application can fail over from the source to the target and resume where it stood.
