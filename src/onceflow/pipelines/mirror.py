@@ -137,7 +137,8 @@ def start(
     **mirror: object,
 ) -> StreamingQuery:
     """Start the mirror query (`mirror` are mirror_options' keywords; without `same_cluster`,
-    the two clusters are asked: MirrorLoopError for a mirror that would never end)."""
+    the two clusters are asked: MirrorLoopError for a mirror that would never end,
+    ConnectionError for a cluster that does not answer)."""
     if "same_cluster" not in mirror:
         mirror["same_cluster"] = same_cluster(**mirror)  # type: ignore[arg-type]
     options = mirror_options(**mirror)  # type: ignore[arg-type]
