@@ -9,14 +9,17 @@ import re
 import shutil
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from pyspark.sql import SparkSession
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.mirror_transaction import runs
 from onceflow.mirror.progress import MirrorProgress, lag_per_topic, rows_since
 from onceflow.mirror.replication_policy import (
@@ -166,6 +169,69 @@ def test_driver_sigkilled_mid_stream_then_restarted(
     # the offset syncs): either way the group resumes on the target exactly where it stood
     assert "mirror: groups: app: source.orders/" in log.read_text()
     assert resume(dst, "app", "source.orders", 2) == after(orders, app)
+
+
+def test_default_policy_onto_the_same_cluster_copies_each_topic_once(
+    spark: SparkSession, make_broker: Callable[..., EmbeddedBroker], tmp_path: Path
+) -> None:
+    """One cluster as source and target: orders becomes source.orders, and source.orders, the
+    mirror's own copy, is not mirrored again (no source.source.orders, and so on without end);
+    the identity policy there is refused before any query starts."""
+    bootstrap = make_broker(tmp_path / "data").bootstrap
+    create_topic(bootstrap, "orders", 2)
+    orders = Source(bootstrap, "orders")
+    orders.write(120)
+    checkpoint = tmp_path / "checkpoint"
+    query = start_mirror(spark, bootstrap, bootstrap, checkpoint, topics=".*")
+    try:
+        wait_for(lambda: caught_up(orders, bootstrap, "source.orders"), 120, "the copy")
+        orders.write(80)  # more triggers, each of which lists the topics again
+        wait_for(lambda: caught_up(orders, bootstrap, "source.orders"), 120, "the copy")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    names = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
+    assert sorted(n for n in names if not n.startswith("__") and "internal" not in n) == [
+        "orders",
+        "source.orders",
+    ]
+    check_mirrored(orders, bootstrap, "source.orders")
+    with pytest.raises(mirror.MirrorLoopError, match="identity"):
+        start_mirror(spark, bootstrap, bootstrap, checkpoint, topics=".*", policy="identity")
+
+
+def test_a_record_too_large_for_the_target_stops_the_driver_in_one_line(
+    clusters: tuple[EmbeddedBroker, EmbeddedBroker], tmp_path: Path
+) -> None:
+    """The target topic takes 10,000-byte batches; the source's sixth record is 20,000 bytes.
+    The mirror copies the five before it, then stops with one line naming the record and the
+    limit (it was the last line of a Spark traceback, after four futile task attempts)."""
+    src, dst = clusters[0].bootstrap, clusters[1].bootstrap
+    create_topic(src, "orders", 1)
+    target = AdminClient({"bootstrap.servers": dst, "logger": QUIET})
+    topic = NewTopic("source.orders", 1, 1, config={"max.message.bytes": "10000"})
+    target.create_topics([topic])["source.orders"].result(30)
+    producer = Producer({"bootstrap.servers": src, "logger": QUIET})
+    for value in [b"small"] * 5 + [b"B" * 20_000, b"after"]:
+        producer.produce("orders", value, partition=0)
+    assert producer.flush(30) == 0
+    log = tmp_path / "driver.log"
+    driver = mirror_driver(src, dst, tmp_path / "checkpoint", log, "--until-caught-up")
+    try:
+        assert driver.wait(300) == 1, log.read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    output = log.read_text()
+    last = output.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"mirror: error: the record at offset 5 of orders/0 is 200\d\d bytes, more than "
+        r"source.orders on the target takes \(max.message.bytes=10000\); raise that, then "
+        r"restart the mirror",
+        last,
+    ), output[-3000:]
+    assert "StreamingQueryException" not in output, output[-3000:]
+    assert positions(dst, "source", "source.orders", 1) == {0: 5}
 
 
 @pytest.mark.parametrize(

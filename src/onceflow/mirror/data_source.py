@@ -31,6 +31,7 @@ from onceflow.mirror.mirror_transaction import (
 from onceflow.mirror.offset_syncs import offset_syncs_topic
 from onceflow.mirror.positions import MirrorPositions
 from onceflow.mirror.replication_policy import ReplicationPolicy
+from onceflow.mirror.target_limit import RecordTooLargeError
 from onceflow.mirror.topic_sync import TopicSync
 from onceflow.spark.offset_ranges import (
     OffsetRange,
@@ -134,6 +135,12 @@ class MirrorStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         log.info("mirror: batch %d committed: %s", batchId, summarize(messages))
+        # A record too large for the target: its task committed what came before it and said
+        # why it stopped; the query stops here, once, rather than through futile task retries.
+        for m in messages:
+            for p in m.partitions if isinstance(m, MirrorOutcome) else ():
+                if p.error is not None:
+                    raise RecordTooLargeError(p.error)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("mirror: batch %d aborted: %s", batchId, summarize(messages))

@@ -36,11 +36,22 @@ class ReplicationPolicy:
         return source_topic if self.name == "identity" else f"{self.alias}.{source_topic}"
 
 
-def subscription_pattern(topics: str) -> str:
+def cycle_pattern(target_alias: str) -> str:
+    """Topics whose default-policy names say they came from `target_alias`: `{alias}.X`,
+    `other.{alias}.X`... MirrorMaker 2's MirrorSourceConnector.isCycle (topicSource, then the
+    upstream topic's, down the chain), which keeps such topics from going back where they came
+    from."""
+    return rf"(?:.*\.)?{re.escape(target_alias)}\..+"
+
+
+def subscription_pattern(topics: str, target_alias: str | None = None) -> str:
     """The source's subscribePattern: `topics` (matched whole, as Java's Pattern.matches) minus
-    MirrorMaker 2's excluded topics."""
+    MirrorMaker 2's excluded topics, and minus those that came from `target_alias`, if given."""
     try:
         re.compile(topics)
     except re.error as exc:
         raise ReplicationPolicyError(f"--topics {topics!r} is not a regex: {exc}") from exc
-    return f"(?!(?:{EXCLUDED_TOPICS})$)(?:{topics})"
+    excluded = EXCLUDED_TOPICS
+    if target_alias is not None:
+        excluded = f"{excluded}|{cycle_pattern(target_alias)}"
+    return f"(?!(?:{excluded})$)(?:{topics})"

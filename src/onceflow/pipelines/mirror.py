@@ -27,6 +27,11 @@ mirror's position is a source offset, meaningful in any run. Both are the same m
 transactional group offset committed with the data, read after fencing), and the mirror reuses
 its pieces (the fencing producer, the read_committed offset read); they never share a group.
 
+Source and target are told apart by cluster id: one cluster with the identity policy would
+copy every topic onto itself without end, and is refused before Spark starts; with the
+default policy the mirror's own copies (`{alias}.X`) are left out, as MirrorMaker 2 does. A
+record too large for the target topic stops the mirror right before it, with one line.
+
 With --groups, the driver also translates consumer groups' offsets (onceflow.mirror.group_sync,
 through the offset syncs each transaction writes: onceflow.mirror.offset_syncs), so that an
 application can fail over from the source to the target and resume where it stood.
@@ -45,6 +50,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -62,12 +68,20 @@ from onceflow.mirror.replication_policy import (
     ReplicationPolicyError,
     subscription_pattern,
 )
+from onceflow.mirror.target_limit import RecordTooLargeError
 from onceflow.pipelines.session import client_properties_file, run_until, session
 from onceflow.spark.options import SourceOptions
 from onceflow.spark.topic_offsets import TopicOffsets
 
 _INTERVAL = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*")
 _MS = {"ms": 1, "s": 1000, None: 1000, "m": 60_000, "min": 60_000}
+
+
+# A reason the mirror stops, as the last line of the Python traceback that Spark's error carries
+_STOPPED_BY = re.compile(
+    rf"^{re.escape(RecordTooLargeError.__module__)}\.{RecordTooLargeError.__qualname__}: (.+)$",
+    re.MULTILINE,
+)
 
 
 class MirrorArgumentError(ValueError):
@@ -93,15 +107,17 @@ def mirror_options(
     source_properties: dict[str, str] | None = None,
     target_properties: dict[str, str] | None = None,
     exactly_once: bool = True,
+    same_cluster: bool = False,
 ) -> dict[str, str]:
-    """The `onceflow-mirror` options, for its reader and its writer alike."""
+    """The `onceflow-mirror` options, for its reader and its writer alike. On `same_cluster`
+    the topics the mirror itself made (`{alias}.X`, down the chain) are left out."""
     ReplicationPolicy(policy, alias)  # fail here, on the driver, with the flag's name
     options = {
         **{f"kafka.{k}": v for k, v in (source_properties or {}).items()},
         "kafka.bootstrap.servers": source,
         **{f"{TARGET_PREFIX}{k}": v for k, v in (target_properties or {}).items()},
         f"{TARGET_PREFIX}bootstrap.servers": target,
-        "subscribePattern": subscription_pattern(topics),
+        "subscribePattern": subscription_pattern(topics, alias if same_cluster else None),
         "startingOffsets": "earliest",
         "failOnDataLoss": "true",
         "mirror.alias": alias,
@@ -120,7 +136,11 @@ def start(
     trigger_interval: str | None = None,
     **mirror: object,
 ) -> StreamingQuery:
-    """Start the mirror query (`mirror` are mirror_options' keywords)."""
+    """Start the mirror query (`mirror` are mirror_options' keywords; without `same_cluster`,
+    the two clusters are asked: MirrorLoopError for a mirror that would never end,
+    ConnectionError for a cluster that does not answer)."""
+    if "same_cluster" not in mirror:
+        mirror["same_cluster"] = same_cluster(**mirror)  # type: ignore[arg-type]
     options = mirror_options(**mirror)  # type: ignore[arg-type]
     spark.dataSource.register(MirrorDataSource)
     writer = (
@@ -147,6 +167,7 @@ def group_sync(
     alias: str = "source",
     source_properties: dict[str, str] | None = None,
     target_properties: dict[str, str] | None = None,
+    same_cluster: bool = False,
     **_ignored: object,
 ) -> GroupSync:
     """The driver's group translation for the mirror of these options (mirror_options')."""
@@ -154,7 +175,7 @@ def group_sync(
         source_client={**(source_properties or {}), "bootstrap.servers": source},
         target_client={**(target_properties or {}), "bootstrap.servers": target},
         policy=ReplicationPolicy(policy, alias),
-        topics=subscription_pattern(topics),
+        topics=subscription_pattern(topics, alias if same_cluster else None),
         groups=groups,
     )
 
@@ -167,15 +188,56 @@ def sync_groups(sync: GroupSync) -> str:
         return f"mirror: groups: not synced this time ({exc})"
 
 
-def check_reachable(name: str, bootstrap: str, client: dict[str, str], timeout: float) -> None:
-    """One metadata request, so that a wrong address fails in one line, before Spark starts."""
+class MirrorLoopError(ValueError):
+    """Source and target are one cluster, and the mirror would copy its own output for ever."""
+
+
+def cluster_id(name: str, bootstrap: str, client: dict[str, str], timeout: float) -> str | None:
+    """The cluster's id (None from a broker too old to say), from one metadata request: a
+    wrong address fails here in one line, before Spark starts."""
     admin = AdminClient({**client, "bootstrap.servers": bootstrap, "logger": QUIET})
     try:
-        admin.list_topics(timeout=timeout)
+        return admin.list_topics(timeout=timeout).cluster_id or None
     except KafkaException as exc:
         raise ConnectionError(
             f"the {name} cluster at {bootstrap} is unreachable ({exc.args[0].str()})"
         ) from None
+
+
+def same_cluster(
+    *,
+    source: str,
+    target: str,
+    policy: str = "default",
+    alias: str = "source",
+    source_properties: dict[str, str] | None = None,
+    target_properties: dict[str, str] | None = None,
+    timeout: float = 10.0,
+    **_ignored: object,
+) -> bool:
+    """Whether source and target are one cluster (same cluster id, however addressed; or the
+    same address). There the identity policy would copy every topic onto itself, its copies
+    included, without end: MirrorLoopError. The default policy's copies are `{alias}.X`, which
+    the mirror then leaves out (MirrorMaker 2's cycle detection)."""
+    source_id = cluster_id("source", source, source_properties or {}, timeout)
+    target_id = cluster_id("target", target, target_properties or {}, timeout)
+    if source_id is None or target_id is None:  # no id to compare: addresses only
+        one = source.strip().lower() == target.strip().lower()
+    else:
+        one = source_id == target_id
+    if one and policy == "identity":
+        raise MirrorLoopError(
+            f"the source and target are the same cluster (cluster id {source_id}): "
+            "--replication-policy identity would mirror every topic onto itself without end"
+        )
+    return one
+
+
+def stopped_by(exc: BaseException) -> str | None:
+    """The one line saying why the mirror stopped (a record too large for the target), out of
+    the query's error that carries it in a task's or the driver's traceback; None if none."""
+    match = _STOPPED_BY.search(str(exc))
+    return match.group(1).strip() if match else None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -244,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             target_properties=target_props,
             exactly_once=not args.at_least_once,
         )
-        options = mirror_options(**mirror)
+        mirror_options(**mirror)  # checks --topics and the policy before any request
         if args.trigger_interval:
             trigger_ms(args.trigger_interval)
         sync_every = args.sync_group_offsets_interval
@@ -256,12 +318,40 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (MirrorArgumentError, ReplicationPolicyError, UsageError, GroupsPatternError) as exc:
         p.error(str(exc))
     try:
-        check_reachable("source", args.source_bootstrap_server, source_props, 10.0)
-        check_reachable("target", args.target_bootstrap_server, target_props, 10.0)
+        mirror["same_cluster"] = same_cluster(**mirror)  # type: ignore[arg-type]
     except ConnectionError as exc:
         print(f"mirror: error: {exc}", file=sys.stderr)
         sys.exit(1)
+    except MirrorLoopError as exc:  # the options are wrong: a usage error's status, one line
+        print(f"mirror: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if mirror["same_cluster"]:
+        print(
+            f"mirror: the source and target are the same cluster: topics named "
+            f"{args.source_alias}.* (the mirror's own copies) are not mirrored",
+            file=sys.stderr,
+        )
+    options = mirror_options(**mirror)  # type: ignore[arg-type]
     spark = session(f"onceflow-mirror-{args.source_alias}", args.master)
+    try:
+        _run(spark, args, mirror, options, sync_every_s)
+    except StreamingQueryException as exc:
+        reason = stopped_by(exc)
+        if reason is None:
+            raise
+        print(f"mirror: error: {reason}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _run(
+    spark: SparkSession,
+    args: argparse.Namespace,
+    mirror: dict[str, object],
+    options: dict[str, str],
+    sync_every_s: float,
+) -> None:
+    """Start the mirror and run it: to the end with --until-caught-up, else for good, with
+    progress lines and the groups' translation."""
     query = start(
         spark, checkpoint=args.checkpoint, trigger_interval=args.trigger_interval, **mirror
     )
