@@ -198,6 +198,7 @@ class Partition:
                 ErrorCode.unknown_producer_id,
                 f"producer id {header.producer_id} was never issued by this broker",
             )
+        _check_owner(header, transactional_id, transactions)
         verdict = ErrorCode.none
         if self.producers.needs_verification(header):
             # KIP-890: a transactional batch may only open a transaction on a partition that
@@ -325,6 +326,37 @@ class Partition:
     def delete(self) -> None:
         self.aborted.close()
         self.log.delete()
+
+
+def _check_owner(
+    header: BatchHeader, transactional_id: str | None, transactions: TransactionCoordinator
+) -> None:
+    """A transactional batch must name the transactional id that owns its producer id (the
+    coordinator's durable mapping), and a producer id owned by a transactional id writes only
+    transactional batches. Kafka asks the coordinator only when a batch would open a
+    transaction on the partition (KIP-890); asked always, no batch forged under another
+    producer's id and epoch (DescribeProducers shows them) joins its open transaction or takes
+    the sequences its next transaction here will use."""
+    if not header.is_transactional:
+        if transactions.owner_of(header.producer_id) is not None:
+            raise AppendRefused(
+                ErrorCode.invalid_producer_id_mapping,
+                f"producer id {header.producer_id} is a transactional producer's: "
+                "its batches must be transactional",
+            )
+        return
+    if transactional_id is None:
+        raise AppendRefused(
+            ErrorCode.transactional_id_authorization_failed,
+            "transactional records need a transactional id",
+        )
+    owner = transactions.get(transactional_id)
+    if owner is None or owner.producer_id != header.producer_id:
+        raise AppendRefused(
+            ErrorCode.invalid_producer_id_mapping,
+            f"producer id {header.producer_id} is not the one of transactional id "
+            f"{transactional_id!r}",
+        )
 
 
 def _snapshot_files(directory: Path) -> list[tuple[int, Path]]:
