@@ -181,9 +181,7 @@ def attack(setup: Setup, with_own_transactional_id: bool) -> None:
         # Not transactional, where the victim will write next (stricter than Kafka, which
         # takes it as an idempotent batch: the victim's first batch there would be refused).
         ahead = forged(target, [b"injected"], sequence=0, transactional=False)
-        assert attacker.produce(None, topic, {1: ahead}) == {
-            1: ErrorCode.invalid_producer_id_mapping
-        }
+        assert attacker.produce(None, topic, {1: ahead}) == {1: ErrorCode.invalid_txn_state}
         if with_own_transactional_id:
             # One the attacker may write, and its own producer: the producer id is not its.
             own_pid, own_epoch = attacker.init_producer_id(setup.attacker_txn)

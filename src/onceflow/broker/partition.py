@@ -198,7 +198,8 @@ class Partition:
                 ErrorCode.unknown_producer_id,
                 f"producer id {header.producer_id} was never issued by this broker",
             )
-        _check_owner(header, transactional_id, transactions)
+        if header.is_transactional:
+            _check_owner(header, transactional_id, transactions)
         verdict = ErrorCode.none
         if self.producers.needs_verification(header):
             # KIP-890: a transactional batch may only open a transaction on a partition that
@@ -217,7 +218,7 @@ class Partition:
             )
         verified = verdict == ErrorCode.none
         try:
-            return self.producers.check_append(header, transaction_verified=verified)
+            duplicate = self.producers.check_append(header, transaction_verified=verified)
         except TxnError as e:
             code = e.error_code
             if not verified and code == ErrorCode.invalid_txn_state and transactional_id:
@@ -225,6 +226,16 @@ class Partition:
                 # expects INVALID_PRODUCER_EPOCH, a completing transaction a retry.
                 code = verdict
             raise AppendRefused(code, str(e)) from None
+        if not header.is_transactional and transactions.owner_of(header.producer_id) is not None:
+            # Stricter than Kafka, which refuses this only while the producer's transaction is
+            # open here (INVALID_TXN_STATE above): otherwise anyone could take the sequences
+            # the producer's next transaction on this partition will use.
+            raise AppendRefused(
+                ErrorCode.invalid_txn_state,
+                f"producer id {header.producer_id} is a transactional producer's: "
+                "its batches must be transactional",
+            )
+        return duplicate
 
     def after_append(self, headers: list[BatchHeader]) -> None:
         for header in headers:
@@ -332,19 +343,10 @@ def _check_owner(
     header: BatchHeader, transactional_id: str | None, transactions: TransactionCoordinator
 ) -> None:
     """A transactional batch must name the transactional id that owns its producer id (the
-    coordinator's durable mapping), and a producer id owned by a transactional id writes only
-    transactional batches. Kafka asks the coordinator only when a batch would open a
-    transaction on the partition (KIP-890); asked always, no batch forged under another
-    producer's id and epoch (DescribeProducers shows them) joins its open transaction or takes
-    the sequences its next transaction here will use."""
-    if not header.is_transactional:
-        if transactions.owner_of(header.producer_id) is not None:
-            raise AppendRefused(
-                ErrorCode.invalid_producer_id_mapping,
-                f"producer id {header.producer_id} is a transactional producer's: "
-                "its batches must be transactional",
-            )
-        return
+    coordinator's durable mapping). Kafka asks the coordinator only when the batch would open
+    a transaction on the partition (KIP-890); asked always, a batch forged under the id, epoch
+    and next sequence of a producer (DescribeProducers shows them) cannot join its open
+    transaction."""
     if transactional_id is None:
         raise AppendRefused(
             ErrorCode.transactional_id_authorization_failed,
