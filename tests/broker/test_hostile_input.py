@@ -7,6 +7,7 @@ normal confluent-kafka client and that everything produced before reads back int
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import socket
 import struct
@@ -262,7 +263,19 @@ GARBAGE = [
 def test_garbage_batches_get_kafkas_error_and_leave_the_log_alone(
     address: str, ledger: Ledger, records: bytes, expected: ErrorCode
 ) -> None:
-    errors = produce_errors(address, ledger.topic, {0: records})
+    if len(records) > 22 and records[22] & TRANSACTIONAL_FLAG:  # the attributes' low byte
+        # Transactional records (control batches are) without a transactional id are refused
+        # before any validation, as KafkaApis does; with one, validation answers.
+        refused = produce_errors(address, ledger.topic, {0: records})
+        assert refused == {0: ErrorCode.transactional_id_authorization_failed}
+        request = dataclasses.replace(
+            produce_request(ledger.topic, {0: records}), transactional_id="hostile-txn"
+        )
+        with WireClient(address) as client:
+            [answer] = client.call(request).responses
+        errors = {p.index: p.error_code for p in answer.partition_responses}
+    else:
+        errors = produce_errors(address, ledger.topic, {0: records})
     assert errors == {0: expected}
 
 

@@ -8,6 +8,7 @@ Kafka answer, then that the broker still serves and that the loop still does its
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.confluent import create_topic
 from tests.waiting import wait_for
-from tests.wire import WAIT, WireClient, good_batch, produce_errors
+from tests.wire import WAIT, WireClient, good_batch, produce_errors, produce_request
 
 DEADLINE = 30.0  # seconds a background loop may take to show its work
 
@@ -270,15 +271,27 @@ def test_producer_ids_never_issued_are_refused_and_real_producers_are_not(
 
     real_producers(1)
 
-    def fake(pid: int, **kwargs: Any) -> dict[int, ErrorCode]:
-        batch = good_batch([b"fake"], producer_id=pid, producer_epoch=0, base_sequence=0, **kwargs)
-        return produce_errors(broker.bootstrap, "pids", {0: batch})
+    def fake(pid: int, transactional_id: str | None = None) -> dict[int, ErrorCode]:
+        batch = good_batch(
+            [b"fake"],
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=0,
+            transactional=transactional_id is not None,
+        )
+        request = produce_request("pids", {0: batch})
+        request = dataclasses.replace(request, transactional_id=transactional_id)
+        with WireClient(broker.bootstrap) as client:
+            [answer] = client.call(request).responses
+        return {p.index: p.error_code for p in answer.partition_responses}
 
-    # Ids far past anything issued, idempotent or transactional: refused, nothing stored. The
-    # error makes librdkafka and the Java client reset their producer id.
+    # Ids far past anything issued, idempotent or transactional (under a transactional id
+    # that exists: without one Kafka refuses transactional records before anything else):
+    # refused, nothing stored. The error makes librdkafka and the Java client reset their
+    # producer id.
     for pid in (10**9, 10**9 + 1, 2**62):
         assert fake(pid) == {0: ErrorCode.unknown_producer_id}
-    assert fake(10**9 + 2, transactional=True) == {0: ErrorCode.unknown_producer_id}
+    assert fake(10**9 + 2, "real") == {0: ErrorCode.unknown_producer_id}
 
     # The counter is durable: after a restart (kill -9) the same ids are still refused, and
     # the real producers go on.

@@ -198,6 +198,8 @@ class Partition:
                 ErrorCode.unknown_producer_id,
                 f"producer id {header.producer_id} was never issued by this broker",
             )
+        if header.is_transactional:
+            _check_owner(header, transactional_id, transactions)
         verdict = ErrorCode.none
         if self.producers.needs_verification(header):
             # KIP-890: a transactional batch may only open a transaction on a partition that
@@ -216,7 +218,7 @@ class Partition:
             )
         verified = verdict == ErrorCode.none
         try:
-            return self.producers.check_append(header, transaction_verified=verified)
+            duplicate = self.producers.check_append(header, transaction_verified=verified)
         except TxnError as e:
             code = e.error_code
             if not verified and code == ErrorCode.invalid_txn_state and transactional_id:
@@ -224,6 +226,16 @@ class Partition:
                 # expects INVALID_PRODUCER_EPOCH, a completing transaction a retry.
                 code = verdict
             raise AppendRefused(code, str(e)) from None
+        if not header.is_transactional and transactions.owner_of(header.producer_id) is not None:
+            # Stricter than Kafka, which refuses this only while the producer's transaction is
+            # open here (INVALID_TXN_STATE above): otherwise anyone could take the sequences
+            # the producer's next transaction on this partition will use.
+            raise AppendRefused(
+                ErrorCode.invalid_txn_state,
+                f"producer id {header.producer_id} is a transactional producer's: "
+                "its batches must be transactional",
+            )
+        return duplicate
 
     def after_append(self, headers: list[BatchHeader]) -> None:
         for header in headers:
@@ -325,6 +337,28 @@ class Partition:
     def delete(self) -> None:
         self.aborted.close()
         self.log.delete()
+
+
+def _check_owner(
+    header: BatchHeader, transactional_id: str | None, transactions: TransactionCoordinator
+) -> None:
+    """A transactional batch must name the transactional id that owns its producer id (the
+    coordinator's durable mapping). Kafka asks the coordinator only when the batch would open
+    a transaction on the partition (KIP-890); asked always, a batch forged under the id, epoch
+    and next sequence of a producer (DescribeProducers shows them) cannot join its open
+    transaction."""
+    if transactional_id is None:
+        raise AppendRefused(
+            ErrorCode.transactional_id_authorization_failed,
+            "transactional records need a transactional id",
+        )
+    owner = transactions.get(transactional_id)
+    if owner is None or owner.producer_id != header.producer_id:
+        raise AppendRefused(
+            ErrorCode.invalid_producer_id_mapping,
+            f"producer id {header.producer_id} is not the one of transactional id "
+            f"{transactional_id!r}",
+        )
 
 
 def _snapshot_files(directory: Path) -> list[tuple[int, Path]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 
 from crc32c import crc32c
 
-from onceflow.records.errors import CorruptRecordError, UnsupportedMagicError
+from onceflow.records.errors import CorruptRecordError, RecordsError, UnsupportedMagicError
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part not counted in batchLength
@@ -252,3 +252,14 @@ def check_batch(
     if verify_crc and compute_crc(buf, pos, header.size) != header.crc:
         raise CorruptRecordError(f"CRC mismatch in batch at byte {pos}")
     return header
+
+
+def transactional_header(buf: bytes | bytearray | memoryview) -> BatchHeader | None:
+    """The header of the first batch in `buf` if that batch is transactional, as Kafka's
+    RequestUtils.hasTransactionalRecords looks at a Produce before validating it: the first
+    whole v2 batch only, CRC unchecked. None for anything else (validation refuses it later)."""
+    try:
+        header = check_batch(buf, verify_crc=False)
+    except RecordsError:
+        return None
+    return header if header.is_transactional else None

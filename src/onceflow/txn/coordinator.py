@@ -171,6 +171,8 @@ class TransactionCoordinator:
         self._coordinator_epoch = coordinator_epoch
         self._producer_ids = ProducerIdManager(producer_id_block_size)
         self._txns: dict[str, TransactionMetadata] = {}
+        # producer id -> the transactional id whose durable metadata holds it
+        self._owners: dict[int, str] = {}
         self._pending: dict[str, _Pending] = {}
 
     # -- InitProducerId -------------------------------------------------------------------
@@ -466,10 +468,16 @@ class TransactionCoordinator:
                 )
         elif new is not None:
             check_replayed_transition(self._txns.get(txn_id), new)
+        previous = self._txns.get(txn_id)
+        if previous is not None and self._owners.get(previous.producer_id) == txn_id:
+            del self._owners[previous.producer_id]
         if new is None:
             self._txns.pop(txn_id, None)
         else:
-            self._txns[txn_id] = TransactionMetadata.from_log_value(txn_id, new)
+            meta = TransactionMetadata.from_log_value(txn_id, new)
+            self._txns[txn_id] = meta
+            if meta.producer_id >= 0:
+                self._owners[meta.producer_id] = txn_id
 
     def abort_pending(self, transactional_id: str) -> None:
         """The records of the id's pending transition were not written: forget the transition
@@ -513,6 +521,10 @@ class TransactionCoordinator:
         blocks whose record is durable, so one at or past the end of the highest durable block
         never was (it is durable too: the answer holds across restarts)."""
         return 0 <= producer_id < self._producer_ids.durable_end
+
+    def owner_of(self, producer_id: int) -> str | None:
+        """The transactional id whose durable metadata holds `producer_id`, if any."""
+        return self._owners.get(producer_id)
 
     def get(self, transactional_id: str) -> TransactionMetadata | None:
         """The durable metadata of a transactional id (None if unknown or expired)."""

@@ -25,6 +25,7 @@ from onceflow.broker.faults import crash_point, delay_point
 from onceflow.broker.handlers.context import DataContext
 from onceflow.broker.handlers.responses import build_from, response_classes
 from onceflow.protocol.entities import build, has_field, sibling
+from onceflow.records.batch import transactional_header
 from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
@@ -63,12 +64,8 @@ def handle_produce(ctx: DataContext, request: Request) -> Any:
     )
     if req.acks not in (0, 1, -1):
         error_all: ErrorCode | None = ErrorCode.invalid_required_acks
-    elif req.transactional_id is not None and not auth.authorize(
-        request.session, auth.WRITE, auth.TRANSACTIONAL_ID, req.transactional_id
-    ):
-        error_all = ErrorCode.transactional_id_authorization_failed
     else:
-        error_all = None
+        error_all = _transactional_error(request)
     touched: list[Partition] = []
     topics_out = []
     for topic_data in req.topic_data:
@@ -90,6 +87,35 @@ def handle_produce(ctx: DataContext, request: Request) -> Any:
     if req.acks == -1 and touched:
         return _after(durable, response)
     return None if req.acks == 0 else response
+
+
+def _transactional_error(request: Request) -> ErrorCode | None:
+    """Kafka's checks of a Produce's transactional batches before anything is appended.
+
+    Transactional records need a transactional id the principal may write, with or without an
+    authorizer (KafkaApis.handleProduceRequest): otherwise anyone who can write the topic could
+    write into another producer's open transaction under its producer id (read from
+    DescribeProducers). A request's transactional batches are of one producer
+    (ReplicaManager.handleProduceAppend). Here over every partition named, where Kafka looks only
+    at those it goes on to append; the answer is the same error for the whole request.
+    """
+    req = request.body
+    headers = [
+        header
+        for topic_data in req.topic_data
+        for pdata in topic_data.partition_data
+        if (header := transactional_header(pdata.records or b"")) is not None
+    ]
+    if not headers:
+        return None
+    if req.transactional_id is None or not auth.authorize(
+        request.session, auth.WRITE, auth.TRANSACTIONAL_ID, req.transactional_id
+    ):
+        return ErrorCode.transactional_id_authorization_failed
+    producers = {(h.producer_id, h.producer_epoch) for h in headers if h.has_producer_id}
+    if len(producers) > 1:
+        return ErrorCode.invalid_producer_id_mapping
+    return None
 
 
 def _append(
