@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         with KafkaCluster(args.directory, args.nodes) as cluster:
             stop = {signal.SIGINT, signal.SIGTERM}
             signal.pthread_sigmask(signal.SIG_BLOCK, stop)
-            print(f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
+            print(f"bootstrap.servers={cluster.bootstrap_servers}")
+            print("pids=" + ",".join(str(p) for p in cluster.pids().values()), flush=True)
             signal.sigwait(stop)
         return 0
     except MissingTool as e:

@@ -71,7 +71,9 @@ def libs_of(directory: str | Path) -> Path:
     for candidate in (path / "libs", path):
         if candidate.is_dir() and any(candidate.glob(BROKER_JAR)):
             return candidate
-    raise ValueError(f"{path} is neither Apache Kafka's libs/ folder nor a distribution holding one")
+    raise ValueError(
+        f"{path} is neither Apache Kafka's libs/ folder nor a distribution holding one"
+    )
 
 
 def cached_libs(version: str | None = None) -> Path | None:
