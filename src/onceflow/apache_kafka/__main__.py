@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     except MissingTool as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:  # mvn failed, or a node did not start
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from importlib import resources
@@ -122,7 +121,17 @@ def fetch(version: str | None = None, *, quiet: bool = True) -> Path:
             f"-DoutputDirectory={scratch}",
         ]
         try:
-            subprocess.run(command, check=True, timeout=FETCH_TIMEOUT_S)
+            # Quiet: Maven's output is kept for the error only (mvn 3.8 -q still prints colour
+            # codes).
+            done = subprocess.run(
+                command, capture_output=quiet, text=True, timeout=FETCH_TIMEOUT_S, check=False
+            )
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"mvn could not fetch Apache Kafka {version} (exit {done.returncode}):\n"
+                    + (done.stdout or "")[-4000:]
+                    + (done.stderr or "")[-4000:]
+                )
             scratch.rename(target / "libs")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -149,10 +158,3 @@ def locate(directory: str | Path | None = None, *, allow_fetch: bool = True) -> 
             f"fetch` (needs mvn) or set {LIBS_ENV}"
         )
     return Distribution(fetch())
-
-
-def timed_fetch(version: str | None = None) -> tuple[Path, float]:
-    """fetch(), and how long it took in seconds (0 when it was cached)."""
-    started = time.monotonic()
-    libs = fetch(version, quiet=True)
-    return libs, time.monotonic() - started
