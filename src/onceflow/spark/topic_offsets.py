@@ -45,13 +45,31 @@ _TRANSIENT_CODES = frozenset(
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
     }
 )
 _TRANSIENT_BACKOFF_S = 0.1
+# Answers that say the admin client's metadata is stale: a leader moved, or the one it asks is
+# gone (no offset in the answer). Kafka's AdminClient refreshes its metadata on these;
+# librdkafka's keeps the cached leader and epoch (FENCED_LEADER_EPOCH for over 15 s, measured
+# on Kafka 4.4), so the client is made anew.
+_STALE_METADATA_CODES = frozenset(
+    {
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
 
 
 def _transient(exc: Exception) -> bool:
     return isinstance(exc, IncompleteAnswerError) or retriable(exc, _TRANSIENT_CODES)
+
+
+def _stale_metadata(exc: Exception) -> bool:
+    return isinstance(exc, IncompleteAnswerError) or kafka_error_code(exc) in _STALE_METADATA_CODES
 
 
 class TopicAuthorizationError(PermissionError):
@@ -81,10 +99,19 @@ class TopicOffsets(HoldsClients):
         failing otherwise, is one of the fetchOffset.numRetries + 1 attempts, spaced by
         fetchOffset.retryIntervalMs, after which OffsetLookupError."""
         attempts = self.options.fetch_offset_retries + 1
+
+        def call_afresh_after_stale() -> _T:
+            try:
+                return call()
+            except Exception as exc:
+                if _stale_metadata(exc):
+                    self.close_clients()  # the next call's admin starts from fresh metadata
+                raise
+
         for attempt in range(attempts):
             try:
                 return retry_transient(
-                    call,
+                    call_afresh_after_stale,
                     _transient,
                     within_s=self.options.request_timeout_s,
                     backoff_s=_TRANSIENT_BACKOFF_S,
