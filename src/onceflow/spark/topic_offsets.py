@@ -52,8 +52,9 @@ _TRANSIENT_CODES = frozenset(
 _TRANSIENT_BACKOFF_S = 0.1
 # Answers that say the admin client's metadata is stale: a leader moved, or the one it asks is
 # gone (no offset in the answer). Kafka's AdminClient refreshes its metadata on these;
-# librdkafka's keeps the cached leader and epoch (FENCED_LEADER_EPOCH for over 15 s, measured
-# on Kafka 4.4), so the client is made anew.
+# librdkafka's keeps the cached leader and epoch (FENCED_LEADER_EPOCH for over 15 s, and no
+# offset for 10 s a call from a SIGKILLed leader, measured on Kafka 4.4) until a Metadata
+# request of the topic updates its cache.
 _STALE_METADATA_CODES = frozenset(
     {
         KafkaError.FENCED_LEADER_EPOCH,
@@ -99,19 +100,10 @@ class TopicOffsets(HoldsClients):
         failing otherwise, is one of the fetchOffset.numRetries + 1 attempts, spaced by
         fetchOffset.retryIntervalMs, after which OffsetLookupError."""
         attempts = self.options.fetch_offset_retries + 1
-
-        def call_afresh_after_stale() -> _T:
-            try:
-                return call()
-            except Exception as exc:
-                if _stale_metadata(exc):
-                    self.close_clients()  # the next call's admin starts from fresh metadata
-                raise
-
         for attempt in range(attempts):
             try:
                 return retry_transient(
-                    call_afresh_after_stale,
+                    call,
                     _transient,
                     within_s=self.options.request_timeout_s,
                     backoff_s=_TRANSIENT_BACKOFF_S,
@@ -179,13 +171,18 @@ class TopicOffsets(HoldsClients):
             return {}
 
         def lookup() -> PartitionOffsets:
-            return list_offsets(
-                self.admin,
-                wanted,
-                spec,
-                isolation=isolation,
-                timeout_s=self.options.request_timeout_s,
-            )
+            try:
+                return list_offsets(
+                    self.admin,
+                    wanted,
+                    spec,
+                    isolation=isolation,
+                    timeout_s=self.options.request_timeout_s,
+                )
+            except (KafkaException, IncompleteAnswerError) as exc:
+                if _stale_metadata(exc):
+                    self._refresh_metadata({topic for topic, _ in wanted})
+                raise
 
         attempts = self.options.fetch_offset_retries + 1
         for attempt in range(attempts):
@@ -196,6 +193,14 @@ class TopicOffsets(HoldsClients):
             log.warning("offsets behind those read (read, listed): %s; fetching again", behind)
             time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
         raise AssertionError("unreachable")
+
+    def _refresh_metadata(self, topics: Iterable[str]) -> None:
+        """Ask for the topics' metadata, which updates the admin client's cached leaders."""
+        for topic in topics:
+            try:
+                self.admin.list_topics(topic, timeout=self.options.request_timeout_s)
+            except KafkaException as exc:
+                log.debug("refreshing the metadata of %s: %s", topic, exc)
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> PartitionOffsets:
         return self._list_offsets(tps, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED)
