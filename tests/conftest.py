@@ -11,18 +11,23 @@ import pytest
 
 from onceflow.broker.embedded import EmbeddedBroker
 
+# Apache Kafka's fixtures, defined once so that every test shares one 3-node cluster.
+pytest_plugins = ["tests.apache_kafka.fixtures"]
+
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """pytest-xdist (`-n 2` in pyproject.toml): every Spark test on one worker, so one
-    SparkSession (one JVM) serves them all; the other tests are balanced one by one, as
-    `--dist load` does. (xdist_group marks with `--dist loadgroup` did not group them here,
-    xdist 3.8 under pytest 9.)"""
+    SparkSession (one JVM) serves them all, and the Apache Kafka tests on that worker too, so
+    one 3-node Kafka cluster (three JVMs) serves those and the Spark tests on Kafka; the other
+    tests are balanced one by one, as `--dist load` does. (xdist_group marks with
+    `--dist loadgroup` did not group them here, xdist 3.8 under pytest 9.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class SparkOnOneWorker(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "tests/spark" if nodeid.startswith("tests/spark/") else nodeid
+            on_jvms = nodeid.startswith(("tests/spark/", "tests/apache_kafka/"))
+            return "tests/spark" if on_jvms else nodeid
 
     return SparkOnOneWorker(config, log)
 

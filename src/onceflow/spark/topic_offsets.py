@@ -45,13 +45,32 @@ _TRANSIENT_CODES = frozenset(
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
     }
 )
 _TRANSIENT_BACKOFF_S = 0.1
+# Answers that say the admin client's metadata is stale: a leader moved, or the one it asks is
+# gone (no offset in the answer). Kafka's AdminClient refreshes its metadata on these;
+# librdkafka's keeps the cached leader and epoch (FENCED_LEADER_EPOCH for over 15 s, and no
+# offset for 10 s a call from a SIGKILLed leader, measured on Kafka 4.4) until a Metadata
+# request of the topic updates its cache.
+_STALE_METADATA_CODES = frozenset(
+    {
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
 
 
 def _transient(exc: Exception) -> bool:
     return isinstance(exc, IncompleteAnswerError) or retriable(exc, _TRANSIENT_CODES)
+
+
+def _stale_metadata(exc: Exception) -> bool:
+    return isinstance(exc, IncompleteAnswerError) or kafka_error_code(exc) in _STALE_METADATA_CODES
 
 
 class TopicAuthorizationError(PermissionError):
@@ -152,13 +171,18 @@ class TopicOffsets(HoldsClients):
             return {}
 
         def lookup() -> PartitionOffsets:
-            return list_offsets(
-                self.admin,
-                wanted,
-                spec,
-                isolation=isolation,
-                timeout_s=self.options.request_timeout_s,
-            )
+            try:
+                return list_offsets(
+                    self.admin,
+                    wanted,
+                    spec,
+                    isolation=isolation,
+                    timeout_s=self.options.request_timeout_s,
+                )
+            except (KafkaException, IncompleteAnswerError) as exc:
+                if _stale_metadata(exc):
+                    self._refresh_metadata({topic for topic, _ in wanted})
+                raise
 
         attempts = self.options.fetch_offset_retries + 1
         for attempt in range(attempts):
@@ -169,6 +193,14 @@ class TopicOffsets(HoldsClients):
             log.warning("offsets behind those read (read, listed): %s; fetching again", behind)
             time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
         raise AssertionError("unreachable")
+
+    def _refresh_metadata(self, topics: Iterable[str]) -> None:
+        """Ask for the topics' metadata, which updates the admin client's cached leaders."""
+        for topic in topics:
+            try:
+                self.admin.list_topics(topic, timeout=self.options.request_timeout_s)
+            except KafkaException as exc:
+                log.debug("refreshing the metadata of %s: %s", topic, exc)
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> PartitionOffsets:
         return self._list_offsets(tps, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED)

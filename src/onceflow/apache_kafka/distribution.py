@@ -1,0 +1,160 @@
+"""Apache Kafka's jars: a binary distribution's libs/, or the pom beside this module fetched once
+with Maven into a cache outside git (~/.cache/onceflow/apache-kafka/<version>/libs)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+# A libs/ folder (or a distribution directory holding one) to use instead of the cache.
+LIBS_ENV = "ONCEFLOW_APACHE_KAFKA"
+# Where fetched versions are kept, one folder per version.
+CACHE_ENV = "ONCEFLOW_APACHE_KAFKA_CACHE"
+DEFAULT_CACHE = Path.home() / ".cache" / "onceflow" / "apache-kafka"
+POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+# The jar whose presence says a folder is Kafka's libs/ (the broker: kafka.Kafka, StorageTool).
+BROKER_JAR = "kafka_2.13-*.jar"
+FETCH_TIMEOUT_S = 1800
+
+
+class MissingTool(RuntimeError):
+    """A program Apache Kafka needs here (java, mvn) is not installed; the message names it."""
+
+
+def pom_path() -> Path:
+    return Path(str(resources.files("onceflow.apache_kafka").joinpath("pom.xml")))
+
+
+def pinned_version() -> str:
+    """The Kafka release the pom pins (its kafka.version property)."""
+    root = ET.parse(pom_path()).getroot()
+    version = root.find("m:properties/m:kafka.version", POM_NS)
+    if version is None or not version.text:
+        raise ValueError(f"{pom_path()} has no kafka.version property")
+    return version.text.strip()
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A folder of Kafka's jars, run as `java -cp 'libs/*' MAIN ...`."""
+
+    libs: Path
+
+    @property
+    def classpath(self) -> str:
+        return str(self.libs / "*")
+
+    @property
+    def version(self) -> str:
+        jar = next(iter(sorted(self.libs.glob(BROKER_JAR))), None)
+        if jar is None:
+            return "unknown"
+        return jar.name.removeprefix("kafka_2.13-").removesuffix(".jar")
+
+
+def libs_of(directory: str | Path) -> Path:
+    """The libs/ folder of a binary distribution directory, or the directory itself when it is
+    one; ValueError when it holds no Kafka broker jar."""
+    path = Path(directory).expanduser()
+    for candidate in (path / "libs", path):
+        if candidate.is_dir() and any(candidate.glob(BROKER_JAR)):
+            return candidate
+    raise ValueError(
+        f"{path} is neither Apache Kafka's libs/ folder nor a distribution holding one"
+    )
+
+
+def cached_libs(version: str | None = None) -> Path | None:
+    libs = cache_root() / (version or pinned_version()) / "libs"
+    return libs if libs.is_dir() and any(libs.glob(BROKER_JAR)) else None
+
+
+def require_java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise MissingTool("java is not installed (Apache Kafka needs Java 17 or later)")
+    return java
+
+
+def fetch(version: str | None = None, *, quiet: bool = True) -> Path:
+    """Fetch the pinned (or given) release's jars with Maven into the cache, once; returns the
+    libs/ folder. Concurrent callers (two test workers) wait for one fetch under a file lock."""
+    version = version or pinned_version()
+    found = cached_libs(version)
+    if found is not None:
+        return found
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise MissingTool(
+            f"mvn is not installed: it fetches Apache Kafka {version}'s jars from Maven Central "
+            f"(or set {LIBS_ENV} to a Kafka distribution or its libs/ folder)"
+        )
+    target = cache_root() / version
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = cached_libs(version)
+        if found is not None:
+            return found
+        # Copied into a scratch folder first and renamed: a fetch cut short leaves no libs/.
+        scratch = Path(tempfile.mkdtemp(prefix="libs-", dir=target))
+        command = [
+            mvn,
+            "-B",
+            "-Dstyle.color=never",
+            *(["-q"] if quiet else []),
+            "-f",
+            str(pom_path()),
+            f"-Dkafka.version={version}",
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={scratch}",
+        ]
+        try:
+            # Quiet: Maven's output is kept for the error only (mvn 3.8 -q still prints colour
+            # codes).
+            done = subprocess.run(
+                command, capture_output=quiet, text=True, timeout=FETCH_TIMEOUT_S, check=False
+            )
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"mvn could not fetch Apache Kafka {version} (exit {done.returncode}):\n"
+                    + (done.stdout or "")[-4000:]
+                    + (done.stderr or "")[-4000:]
+                )
+            scratch.rename(target / "libs")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    libs = target / "libs"
+    if not any(libs.glob(BROKER_JAR)):
+        raise RuntimeError(f"mvn finished but {libs} holds no {BROKER_JAR}")
+    return libs
+
+
+def locate(directory: str | Path | None = None, *, allow_fetch: bool = True) -> Distribution:
+    """Kafka's jars: the given distribution (or libs/) directory, else $ONCEFLOW_APACHE_KAFKA,
+    else the cache, else fetched now (when allowed). Raises MissingTool naming what is absent."""
+    require_java()
+    if directory is not None:
+        return Distribution(libs_of(directory))
+    if os.environ.get(LIBS_ENV):
+        return Distribution(libs_of(os.environ[LIBS_ENV]))
+    found = cached_libs()
+    if found is not None:
+        return Distribution(found)
+    if not allow_fetch:
+        raise MissingTool(
+            f"Apache Kafka {pinned_version()} is not fetched: run `python -m onceflow.apache_kafka "
+            f"fetch` (needs mvn) or set {LIBS_ENV}"
+        )
+    return Distribution(fetch())

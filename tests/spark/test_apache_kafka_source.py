@@ -1,0 +1,45 @@
+"""The source's driver-side offset look-ups on a 3-node Apache Kafka cluster keep answering
+after a partition's leader moves. librdkafka's AdminClient keeps the leader epoch it cached:
+after a leader change each ListOffsets is refused with FENCED_LEADER_EPOCH (measured for over
+15 s, its metadata refresh being 5 minutes away), and after a leader's SIGKILL it asks the dead
+node (no offset for 10 s a call); Kafka's own AdminClient refreshes its metadata on both."""
+
+from __future__ import annotations
+
+import uuid
+
+from onceflow.apache_kafka import KafkaCluster
+from onceflow.spark.options import SourceOptions
+from onceflow.spark.topic_offsets import TopicOffsets
+from tests.confluent import QUIET, produce
+
+
+def test_latest_offsets_are_found_after_the_leader_moves(kafka_cluster3: KafkaCluster) -> None:
+    cluster = kafka_cluster3
+    topic = f"moving-leader-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, 1)
+    produce(cluster.bootstrap_servers, topic, [b"v%d" % i for i in range(10)], **QUIET)
+    options = SourceOptions.parse(
+        {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": topic},
+        streaming=True,
+    )
+    offsets = TopicOffsets(options)
+    tp = (topic, 0)
+    try:
+        assert offsets.latest([tp]) == {tp: 10}
+
+        # Leadership moves away and the old leader comes back: the cached epoch is fenced.
+        first = cluster.leader(topic)
+        cluster.kill(first)
+        cluster.wait_for_leader(topic, not_on=[first])
+        cluster.restart(first)
+        cluster.wait_for_isr(topic)
+        assert offsets.latest([tp]) == {tp: 10}
+
+        # The leader the client knows is SIGKILLed: it answers once another is elected.
+        second = cluster.leader(topic)
+        cluster.kill(second)
+        cluster.wait_for_leader(topic, not_on=[second])
+        assert offsets.latest([tp]) == {tp: 10}
+    finally:
+        offsets.close_clients()
