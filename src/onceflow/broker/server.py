@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from onceflow.broker.big_requests import BigRequests
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
 from onceflow.broker.connection_quotas import ConnectionQuotas
@@ -110,6 +111,7 @@ class Broker:
         self.heap = HeapTrimmer()
         self.node = Node(config.node_id, config.advertised, config.port, self.cluster_id)
         self._handlers = bind_handlers(self._handler_contexts())
+        self.big_requests = BigRequests()  # requests too big for one turn of the event loop
 
     @property
     def port(self) -> int:
@@ -205,6 +207,7 @@ class Broker:
         self.topics.close()
         self.offsets_log.close()
         self.committer.close()
+        self.big_requests.close()
 
     async def _accept(self, sock: socket.socket, listener: Listener) -> None:
         """The acceptor: waits for a slot under max.connections (KIP-402), closes at once a
@@ -456,6 +459,9 @@ class Broker:
         return self.security.advertised_endpoint(name, self.bound_ports.get(name, self.port))
 
     def dispatch(self, connection: Connection, request: Request) -> HandlerResult:
+        return self.big_requests.dispatch(connection, request, self._handle)
+
+    def _handle(self, request: Request) -> HandlerResult:
         handle = self._handlers[request.api_key]
         try:
             return handle(request)

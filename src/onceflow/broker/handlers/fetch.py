@@ -140,7 +140,9 @@ def _read(ctx: DataContext, request: Request, wanted: list[list[_Wanted]]) -> tu
 def response_bytes_bound(fetch_max_bytes: int, request: Request) -> int:
     """The records bytes a Fetch may return: the request's max_bytes capped by the broker's
     fetch.max.bytes, whatever the client asks (only a first batch larger than that is returned
-    whole, KIP-74)."""
+    whole, KIP-74). A body not decoded yet (big_requests.py) is bounded by the cap alone."""
+    if request.body is None:
+        return fetch_max_bytes
     asked = request.body.max_bytes if request.body.max_bytes > 0 else 0x7FFFFFFF
     return min(asked, fetch_max_bytes)
 

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.handlers.context import GroupsContext
 from onceflow.broker.handlers.responses import build_from, response_class, response_classes
+from onceflow.broker.handlers.slices import Work, in_slices
 from onceflow.groups.coordinator import (
     JoinGroupRequest,
     JoinResult,
@@ -185,26 +186,38 @@ def handle_list_groups(ctx: GroupsContext, request: Request) -> Any:
 
 
 def handle_describe_groups(ctx: GroupsContext, request: Request) -> Any:
+    return in_slices(_describe_groups(ctx, request), len(request.body.groups))
+
+
+def _describe_groups(ctx: GroupsContext, request: Request) -> Work:
+    """One step per group named (20,000 took 5 s at once): the refused ones first, as before,
+    then each allowed group as named (duplicates too, as Kafka answers them)."""
     req = request.body
     cls = response_class(request)
     group_cls = sibling(cls, "DescribedGroup")
     member_cls = sibling(cls, "DescribedGroupMember")
-    allowed = auth.filter_authorized(request.session, auth.DESCRIBE, auth.GROUP, req.groups)
-    out = [
-        build(
-            group_cls,
-            error_code=ErrorCode.group_authorization_failed,
-            group_id=group,
-            group_state="",
-            protocol_type="",
-            protocol_data="",
-            members=(),
-            authorized_operations=auth.NOT_REQUESTED,
-        )
-        for group in req.groups
-        if group not in allowed
-    ]
-    for d in ctx.coordinator.describe_groups(allowed):
+    with_operations = getattr(req, "include_authorized_operations", False)
+    allowed: list[str] = []
+    out = []
+    for group in req.groups:
+        if auth.authorize(request.session, auth.DESCRIBE, auth.GROUP, group, log_if_denied=False):
+            allowed.append(group)
+        else:
+            out.append(
+                build(
+                    group_cls,
+                    error_code=ErrorCode.group_authorization_failed,
+                    group_id=group,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=auth.NOT_REQUESTED,
+                )
+            )
+        yield
+    for group in allowed:
+        [d] = ctx.coordinator.describe_groups([group])
         # Up to v5 an unknown group is state Dead with no error, as Kafka answers.
         error = ErrorCode.none if d.error == ErrorCode.group_id_not_found else d.error
         members = tuple(
@@ -221,10 +234,11 @@ def handle_describe_groups(ctx: GroupsContext, request: Request) -> Any:
                 authorized_operations=auth.authorized_operations(
                     request.session, auth.GROUP, d.group_id
                 )
-                if getattr(req, "include_authorized_operations", False)
+                if with_operations
                 else auth.NOT_REQUESTED,
             )
         )
+        yield
     return build(cls, throttle_time=ZERO, groups=tuple(out))
 
 
