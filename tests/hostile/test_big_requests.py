@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v9.request import (
     ListOffsetsPartition,
@@ -125,6 +126,13 @@ ATTACKS: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
         lambda: metadata_request(*(f"absent-{i}" for i in range(100_000))),
         lambda r: _check_metadata(r, 100_000),
     ),
+    # DescribeProducers of 200,000 partitions, all but one unknown
+    "describe-producers-200k-partitions": (
+        lambda: DescribeProducersRequest(
+            topics=(TopicRequest(name=BUSY, partition_indexes=tuple(range(200_000))),)
+        ),
+        lambda r: _check_producers(r, 200_000),
+    ),
     # DescribeGroups of 20,000 groups (0.2 MiB)
     "describe-groups-20k": (
         lambda: describe_groups_request([f"group-{i}" for i in range(20_000)]),
@@ -149,6 +157,13 @@ def _check_list_offsets_count(response: Any, count: int) -> None:
 def _check_metadata(response: Any, count: int) -> None:
     assert len(response.topics) == count
     assert {t.error_code for t in response.topics} == {ErrorCode.unknown_topic_or_partition}
+
+
+def _check_producers(response: Any, count: int) -> None:
+    [topic] = response.topics
+    assert len(topic.partitions) == count
+    assert topic.partitions[0].error_code == ErrorCode.none
+    assert {p.error_code for p in topic.partitions[1:]} == {ErrorCode.unknown_topic_or_partition}
 
 
 def _check_groups(response: Any, count: int) -> None:

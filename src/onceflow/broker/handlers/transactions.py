@@ -20,6 +20,7 @@ from onceflow.broker.handlers.responses import (
     response_class,
     response_classes,
 )
+from onceflow.broker.handlers.slices import Work, in_slices
 from onceflow.broker.transactions import (
     HELD_REQUEST_TIMEOUT_S,
     OFFSETS_TOPIC,
@@ -373,36 +374,41 @@ def handle_list_transactions(ctx: TxnContext, request: Request) -> Any:
 
 def handle_describe_producers(ctx: DataContext, request: Request) -> Any:
     """The producers' state of each partition (Kafka's partition-level DescribeProducers)."""
+    elements = sum(len(t.partition_indexes) for t in request.body.topics)
+    return in_slices(_describe_producers(ctx, request), elements)
+
+
+def _describe_producers(ctx: DataContext, request: Request) -> Work:
+    """One step per partition named (200,000 held the event loop 3 s at once)."""
     cls, topic_cls, part_cls, producer_cls = response_classes(
         request, "TopicResponse", "PartitionResponse", "ProducerState"
     )
-
-    def described(topic: str, index: int) -> Any:
-        readable = auth.authorize(request.session, auth.READ, auth.TOPIC, topic)
-        partition = ctx.topics.partition(topic, index) if readable else None
-        error = (
-            ErrorCode.unknown_topic_or_partition
-            if readable
-            else ErrorCode.topic_authorization_failed
-        )
-        producers: tuple[Any, ...] = ()
-        if partition is not None:
-            error = ErrorCode.none
-            producers = tuple(build_from(producer_cls, p) for p in partition.producers.producers())
-        return build(
-            part_cls,
-            partition_index=index,
-            error_code=error,
-            error_message=None,
-            active_producers=producers,
-        )
-
-    topics = tuple(
-        build(
-            topic_cls,
-            name=t.name,
-            partitions=tuple(described(t.name, i) for i in t.partition_indexes),
-        )
-        for t in request.body.topics
-    )
-    return build(cls, throttle_time=ZERO, topics=topics)
+    topics = []
+    for t in request.body.topics:
+        readable = auth.authorize(request.session, auth.READ, auth.TOPIC, t.name)
+        parts = []
+        for index in t.partition_indexes:
+            partition = ctx.topics.partition(t.name, index) if readable else None
+            error = (
+                ErrorCode.unknown_topic_or_partition
+                if readable
+                else ErrorCode.topic_authorization_failed
+            )
+            producers: tuple[Any, ...] = ()
+            if partition is not None:
+                error = ErrorCode.none
+                producers = tuple(
+                    build_from(producer_cls, p) for p in partition.producers.producers()
+                )
+            parts.append(
+                build(
+                    part_cls,
+                    partition_index=index,
+                    error_code=error,
+                    error_message=None,
+                    active_producers=producers,
+                )
+            )
+            yield
+        topics.append(build(topic_cls, name=t.name, partitions=tuple(parts)))
+    return build(cls, throttle_time=ZERO, topics=tuple(topics))
