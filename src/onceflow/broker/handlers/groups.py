@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.handlers.context import GroupsContext
+from onceflow.broker.handlers.offsets import answer_when_written
 from onceflow.broker.handlers.responses import build_from, response_class, response_classes
 from onceflow.broker.handlers.slices import Work, in_slices
 from onceflow.groups.coordinator import (
@@ -243,18 +244,27 @@ def _describe_groups(ctx: GroupsContext, request: Request) -> Work:
 
 
 def handle_delete_groups(ctx: GroupsContext, request: Request) -> Any:
+    return in_slices(_delete_groups(ctx, request), len(request.body.groups_names))
+
+
+def _delete_groups(ctx: GroupsContext, request: Request) -> Work:
+    """One step per group named (25,000 took 8 s at once: the refused ones were looked up in
+    a list); the groups' checks and the tombstones' append in one step."""
     req = request.body
-    allowed = auth.filter_authorized(request.session, auth.DELETE, auth.GROUP, req.groups_names)
+    allowed: dict[str, None] = {}
+    denied: dict[str, ErrorCode] = {}
+    for g in req.groups_names:
+        if auth.authorize(request.session, auth.DELETE, auth.GROUP, g, log_if_denied=False):
+            allowed[g] = None
+        else:
+            denied[g] = ErrorCode.group_authorization_failed
+        yield
     result = ctx.coordinator.delete_groups(allowed)
-    denied = {g: ErrorCode.group_authorization_failed for g in req.groups_names if g not in allowed}
+    written = ctx.write_offsets(result.records, None)
     cls = response_class(request)
     result_cls = sibling(cls, "DeletableGroupResult")
-    response = build(
-        cls,
-        throttle_time=ZERO,
-        results=tuple(
-            build(result_cls, group_id=g, error_code=e)
-            for g, e in {**denied, **result.response}.items()
-        ),
-    )
-    return ctx.write_offsets(result.records, response)
+    results = []
+    for g, e in {**denied, **result.response}.items():
+        results.append(build(result_cls, group_id=g, error_code=e))
+        yield
+    return answer_when_written(written, build(cls, throttle_time=ZERO, results=tuple(results)))

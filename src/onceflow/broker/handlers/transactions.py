@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.handlers.context import DataContext, TxnContext
-from onceflow.broker.handlers.offsets import commit_response, requested_offsets
+from onceflow.broker.handlers.offsets import (
+    answer_when_written,
+    commit_response,
+    partitions_named,
+    requested_offsets,
+)
 from onceflow.broker.handlers.responses import (
     build_from,
     partition_errors,
@@ -258,6 +263,11 @@ def _simple_answer(request: Request, error: ErrorCode) -> Any:
 
 
 def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
+    return in_slices(_txn_offset_commit(ctx, request), partitions_named(request.body.topics))
+
+
+def _txn_offset_commit(ctx: TxnContext, request: Request) -> Work:
+    """As OffsetCommit (offsets.py): checked in steps, then validated and appended in one."""
     req = request.body
     cls = response_class(request)
     if not _may_write_txn(request, req.transactional_id):
@@ -268,8 +278,10 @@ def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
         refused = None
     if refused is not None:
         every = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-        return commit_response(cls, dict.fromkeys(every, refused))
-    offsets, errors = requested_offsets(ctx.groups.partitions, req.topics, request.session)
+        return (yield from commit_response(cls, dict.fromkeys(every, refused)))
+    offsets, errors = yield from requested_offsets(
+        ctx.groups.partitions, req.topics, request.session
+    )
     if not ctx.driver.verify_partition(
         req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, 0
     ):
@@ -283,7 +295,7 @@ def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
                 ErrorCode.producer_fenced, request.api_key, request.api_version
             )
         errors.update(dict.fromkeys(offsets, error))
-        return commit_response(cls, errors)
+        return (yield from commit_response(cls, errors))
     result = ctx.groups.coordinator.txn_commit_offsets(
         req.transactional_id,
         req.group_id,
@@ -294,11 +306,12 @@ def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
         getattr(req, "group_instance_id", None),
         offsets,
     )
-    errors.update(result.response)
-    response = commit_response(cls, errors)
-    return ctx.groups.write_offsets(
-        result.records, response, producer_id=req.producer_id, producer_epoch=req.producer_epoch
+    written = ctx.groups.write_offsets(
+        result.records, None, producer_id=req.producer_id, producer_epoch=req.producer_epoch
     )
+    errors.update(result.response)
+    response = yield from commit_response(cls, errors)
+    return answer_when_written(written, response)
 
 
 def handle_describe_transactions(ctx: TxnContext, request: Request) -> Any:
