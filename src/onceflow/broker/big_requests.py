@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -51,7 +51,7 @@ class BigRequests:
             result = handle(request)
             if not isinstance(result, Sliced):
                 return result
-            task = asyncio.get_running_loop().create_task(_finish(result))
+            task = asyncio.get_running_loop().create_task(self._encoded(_finish(result)))
         else:
             task = asyncio.get_running_loop().create_task(
                 self._run(connection, tail, request, handle)
@@ -91,10 +91,18 @@ class BigRequests:
                 connection.abort()
                 return None
             request.unparsed = None  # the frame is no longer needed
-        result = await _finish(handle(request))
-        if big and result is not None:
-            result = await loop.run_in_executor(self._worker, encode_body, result)
-        return result
+        result = handle(request)
+        if big or isinstance(result, Sliced):
+            return await self._encoded(_finish(result))
+        return await _finish(result)
+
+    async def _encoded(self, response: Awaitable[Any]) -> Any:
+        """The response of a big request, or of work done in slices (5,000 DescribeConfigs
+        resources of one topic: 250,000 entries), encoded in the worker thread."""
+        result = await response
+        if result is None:
+            return None
+        return await asyncio.get_running_loop().run_in_executor(self._worker, encode_body, result)
 
 
 async def _finish(result: Any) -> Any:

@@ -4,6 +4,7 @@ ListGroups (16), DescribeGroups (15), DeleteGroups (42)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.handlers.context import GroupsContext
 from onceflow.broker.handlers.offsets import answer_when_written
 from onceflow.broker.handlers.responses import build_from, response_class, response_classes
-from onceflow.broker.handlers.slices import Work, in_slices
+from onceflow.broker.handlers.slices import SLICED_ABOVE, Work, in_slices
 from onceflow.groups.coordinator import (
     JoinGroupRequest,
     JoinResult,
@@ -141,16 +142,27 @@ def handle_heartbeat(ctx: GroupsContext, request: Request) -> Any:
 def handle_leave_group(ctx: GroupsContext, request: Request) -> Any:
     if (refused := _refused(request)) is not None:
         return refused
+    named = len(request.body.members) if request.api_version >= 3 else 1
+    return in_slices(_leave_group(ctx, request), named)
+
+
+def _leave_group(ctx: GroupsContext, request: Request) -> Work:
+    """One step per member named (v3+), the group's change in one."""
     req = request.body
     cls = response_class(request)
     if request.api_version >= 3:
-        members = [
-            LeaveMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
-            for m in req.members
-        ]
+        members = []
+        for m in req.members:
+            members.append(
+                LeaveMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+            )
+            yield
     else:
         members = [LeaveMember(req.member_id)]
-    result = ctx.coordinator.leave_group(req.group_id, members)
+    if len(members) > SLICED_ABOVE:
+        result = yield from _leave_in_chunks(ctx, req.group_id, members)
+    else:
+        result = ctx.coordinator.leave_group(req.group_id, members)
     if request.api_version < 3:
         error = (
             result.members[0].error
@@ -159,12 +171,24 @@ def handle_leave_group(ctx: GroupsContext, request: Request) -> Any:
         )
         return build(cls, throttle_time=ZERO, error_code=error)
     member_cls = sibling(cls, "MemberResponse")
-    return build(
-        cls,
-        throttle_time=ZERO,
-        error_code=result.error,
-        members=tuple(build_from(member_cls, m, error_code=m.error) for m in result.members),
-    )
+    answers = []
+    for m in result.members:
+        answers.append(build_from(member_cls, m, error_code=m.error))
+        yield
+    return build(cls, throttle_time=ZERO, error_code=result.error, members=tuple(answers))
+
+
+def _leave_in_chunks(ctx: GroupsContext, group_id: str, members: list[LeaveMember]) -> Work:
+    """The members leave in their order, SLICED_ABOVE at a time, each chunk one step; a
+    group-level error (the group gone meanwhile) answers for the whole request."""
+    left: list[Any] = []
+    for start in range(0, len(members), SLICED_ABOVE):
+        result = ctx.coordinator.leave_group(group_id, members[start : start + SLICED_ABOVE])
+        if result.error != ErrorCode.none:
+            return result
+        left.extend(result.members)
+        yield
+    return dataclasses.replace(result, members=tuple(left))
 
 
 def handle_list_groups(ctx: GroupsContext, request: Request) -> Any:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.handlers.context import GroupsContext, PartitionLookup
-from onceflow.broker.handlers.responses import by_topic, response_class
+from onceflow.broker.handlers.responses import by_topic_in_steps, response_class
 from onceflow.broker.handlers.slices import Work, in_slices
 from onceflow.groups.coordinator import CoordinatorLoadInProgressError
 from onceflow.groups.offsets import OffsetAndMetadata, OffsetFetchEntry, TopicPartition
@@ -61,7 +61,7 @@ def commit_response(cls: type, errors: dict[TopicPartition, ErrorCode]) -> Work:
     for (topic, index), code in errors.items():
         parts.append((topic, build(part_cls, partition_index=index, error_code=code)))
         yield
-    return build(cls, throttle_time=ZERO, topics=by_topic(parts, topic_cls))
+    return build(cls, throttle_time=ZERO, topics=(yield from by_topic_in_steps(parts, topic_cls)))
 
 
 def partitions_named(topics: Any) -> int:
@@ -164,7 +164,7 @@ def _topics(
             )
         )
         yield
-    return by_topic(parts, sibling(cls, topic_name))
+    return (yield from by_topic_in_steps(parts, sibling(cls, topic_name)))
 
 
 def handle_offset_fetch(ctx: GroupsContext, request: Request) -> Any:
