@@ -35,6 +35,7 @@ from onceflow.broker.handlers.context import (
     SecurityContext,
     TxnContext,
 )
+from onceflow.broker.handlers.slices import Sliced, Work
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.malloc import HeapTrimmer
@@ -464,13 +465,29 @@ class Broker:
     def _handle(self, request: Request) -> HandlerResult:
         handle = self._handlers[request.api_key]
         try:
-            return handle(request)
+            result = handle(request)
         except ProtocolError:
             raise
         except Exception as e:
-            halt_on_storage_error(e)
-            log.exception("API %d v%d handler failed", request.api_key, request.api_version)
-            raise HandlerCrashError(f"handler failed: {e!r}") from e
+            raise self._crashed(request, e) from e
+        if isinstance(result, Sliced):
+            # Its steps run later, in the dispatch's task: their failures are the handler's.
+            return Sliced(self._guarded(request, result.work))
+        return result
+
+    def _guarded(self, request: Request, work: Work) -> Work:
+        try:
+            return (yield from work)
+        except ProtocolError:
+            raise
+        except Exception as e:
+            raise self._crashed(request, e) from e
+
+    def _crashed(self, request: Request, e: Exception) -> HandlerCrashError:
+        """A handler's failure: a storage failure halts the broker; any other is logged."""
+        halt_on_storage_error(e)
+        log.exception("API %d v%d handler failed", request.api_key, request.api_version)
+        return HandlerCrashError(f"handler failed: {e!r}")
 
 
 def _handshake_timeout(config: BrokerConfig) -> float:
