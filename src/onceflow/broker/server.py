@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from onceflow.broker.big_requests import BigRequests
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
 from onceflow.broker.connection_quotas import ConnectionQuotas
@@ -34,6 +35,7 @@ from onceflow.broker.handlers.context import (
     SecurityContext,
     TxnContext,
 )
+from onceflow.broker.handlers.slices import Sliced, Work
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.malloc import HeapTrimmer
@@ -110,6 +112,7 @@ class Broker:
         self.heap = HeapTrimmer()
         self.node = Node(config.node_id, config.advertised, config.port, self.cluster_id)
         self._handlers = bind_handlers(self._handler_contexts())
+        self.big_requests = BigRequests()  # requests too big for one turn of the event loop
 
     @property
     def port(self) -> int:
@@ -205,6 +208,7 @@ class Broker:
         self.topics.close()
         self.offsets_log.close()
         self.committer.close()
+        self.big_requests.close()
 
     async def _accept(self, sock: socket.socket, listener: Listener) -> None:
         """The acceptor: waits for a slot under max.connections (KIP-402), closes at once a
@@ -456,15 +460,34 @@ class Broker:
         return self.security.advertised_endpoint(name, self.bound_ports.get(name, self.port))
 
     def dispatch(self, connection: Connection, request: Request) -> HandlerResult:
+        return self.big_requests.dispatch(connection, request, self._handle)
+
+    def _handle(self, request: Request) -> HandlerResult:
         handle = self._handlers[request.api_key]
         try:
-            return handle(request)
+            result = handle(request)
         except ProtocolError:
             raise
         except Exception as e:
-            halt_on_storage_error(e)
-            log.exception("API %d v%d handler failed", request.api_key, request.api_version)
-            raise HandlerCrashError(f"handler failed: {e!r}") from e
+            raise self._crashed(request, e) from e
+        if isinstance(result, Sliced):
+            # Its steps run later, in the dispatch's task: their failures are the handler's.
+            return Sliced(self._guarded(request, result.work))
+        return result
+
+    def _guarded(self, request: Request, work: Work) -> Work:
+        try:
+            return (yield from work)
+        except ProtocolError:
+            raise
+        except Exception as e:
+            raise self._crashed(request, e) from e
+
+    def _crashed(self, request: Request, e: Exception) -> HandlerCrashError:
+        """A handler's failure: a storage failure halts the broker; any other is logged."""
+        halt_on_storage_error(e)
+        log.exception("API %d v%d handler failed", request.api_key, request.api_version)
+        return HandlerCrashError(f"handler failed: {e!r}")
 
 
 def _handshake_timeout(config: BrokerConfig) -> float:

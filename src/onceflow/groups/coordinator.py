@@ -70,6 +70,7 @@ class GroupCoordinator:
         self.commit_offsets = offsets.commit_offsets
         self.txn_commit_offsets = offsets.txn_commit_offsets
         self.fetch_offsets = offsets.fetch_offsets
+        self.fetch_offsets_in_steps = offsets.fetch_offsets_in_steps
         self.delete_offsets = offsets.delete_offsets
         self.complete_transaction = offsets.complete_transaction
 

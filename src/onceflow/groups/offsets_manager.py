@@ -10,7 +10,7 @@ from the start) rebuilds the same offsets.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
 
@@ -168,21 +168,39 @@ class OffsetManager:
         UNSTABLE_OFFSET_COMMIT (the client retries until the transaction completes).
         Raises CoordinatorLoadInProgressError while loading (a group-level error).
         """
+        steps = self.fetch_offsets_in_steps(group_id, partitions, require_stable)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    def fetch_offsets_in_steps(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None,
+        require_stable: bool = False,
+    ) -> Generator[None, None, dict[TopicPartition, OffsetFetchEntry]]:
+        """:meth:`fetch_offsets`, one step per partition, so that a caller may do other work
+        between steps (a request naming 200,000 partitions): the answer is the group's offsets
+        as they were at the first step, one snapshot, as Kafka reads them."""
         if self._ctx.loading:
             raise CoordinatorLoadInProgressError(f"offsets of {group_id!r} are loading")
         group = self._membership.group(group_id)
-        committed = {} if group is None else self._offsets.committed(group_id)
+        committed = {} if group is None else self._offsets.committed(group_id)  # a copy
+        pending = self._offsets.pending_partitions(group_id) if require_stable else set()
         wanted = sorted(committed) if partitions is None else list(partitions)
         out: dict[TopicPartition, OffsetFetchEntry] = {}
+        unstable = OffsetFetchEntry(error=ErrorCode.unstable_offset_commit)
         for tp in wanted:
-            if require_stable and self._offsets.has_pending(group_id, tp):
-                out[tp] = OffsetFetchEntry(error=ErrorCode.unstable_offset_commit)
-                continue
             value = committed.get(tp)
-            if value is None:
+            if tp in pending:
+                out[tp] = unstable
+            elif value is None:
                 out[tp] = OffsetFetchEntry()
             else:
                 out[tp] = OffsetFetchEntry(value.offset, value.leader_epoch, value.metadata)
+            yield
         return out
 
     def delete_offsets(

@@ -6,11 +6,15 @@ broker process, which no `except` can catch. So the body is first walked here, f
 same kio schema, and any count or length that runs past the end of the frame, or a null where
 the schema has a non-nullable array (kio would hand the handler None), is a MalformedRequestError:
 the connection is closed, as Kafka closes it on a request it cannot parse.
+
+The same walk tells whether a body is small enough to decode on the event loop: with a budget
+of elements, it stops at the first array that would exceed it (`ElementBudgetExceeded`).
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import Field, fields, is_dataclass
 from functools import cache
@@ -41,6 +45,16 @@ _INT32 = struct.Struct(">i")
 _MAX_VARINT_BYTES = 5  # as kio and Kafka read an unsigned varint
 
 
+class ElementBudgetExceeded(Exception):
+    """The body declares more array elements than the walk was allowed to visit: not an error
+    of the request, a sign it is too big to be handled in one turn of the event loop."""
+
+
+# Elements the current walk may still visit, per thread (bodies are walked on the event loop
+# and, when big, in a worker thread); None: no budget.
+_budget = threading.local()
+
+
 def read_uvarint(buf: bytes, pos: int, end: int | None = None) -> tuple[int, int]:
     """An unsigned varint of at most five bytes: (value, position after it)."""
     end = len(buf) if end is None else end
@@ -62,9 +76,15 @@ def skip_tagged_fields(buf: bytes, pos: int) -> int:
     return _tagged_fields(buf, pos, len(buf), {})
 
 
-def check_lengths(cls: type, buf: bytes, pos: int) -> None:
-    """Raise MalformedRequestError unless the body of kio type `cls` at `pos` fits in `buf`."""
-    _entity(cls)(buf, pos, len(buf))
+def check_lengths(cls: type, buf: bytes, pos: int, max_elements: int | None = None) -> None:
+    """Raise MalformedRequestError unless the body of kio type `cls` at `pos` fits in `buf`;
+    ElementBudgetExceeded once its arrays declare more than `max_elements` elements in all
+    (counted before they are walked, so a huge body costs no more than a small one)."""
+    _budget.left = max_elements
+    try:
+        _entity(cls)(buf, pos, len(buf))
+    finally:
+        _budget.left = None
 
 
 def _past_end(what: str) -> MalformedRequestError:
@@ -136,6 +156,11 @@ def _array(element: Step, least: int, flexible: bool, nullable: bool) -> Step:
         # Checked before walking, so that an absurd count costs nothing.
         if count * least > end - pos:
             raise _past_end(f"an array of {count} elements")
+        left = getattr(_budget, "left", None)
+        if left is not None and count > 0:
+            if count > left:
+                raise ElementBudgetExceeded(count)
+            _budget.left = left - count
         for _ in range(count):
             pos = element(buf, pos, end)
         return pos

@@ -9,6 +9,7 @@ broker keeps the stored and server keys derived from it.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -105,7 +106,7 @@ def describe(store: CredentialStore, users: list[str] | None) -> list[UserResult
     if not users:
         return [_described(store, user) for user in store.users()]
     results = []
-    counts = {user: users.count(user) for user in users}
+    counts = Counter(users)  # not users.count per user: 25,000 names took 28 s
     for user in dict.fromkeys(users):
         if counts[user] > 1:
             results.append(

@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.handlers.context import AdminContext
 from onceflow.broker.handlers.responses import response_classes
+from onceflow.broker.handlers.slices import Work, in_slices
 from onceflow.protocol.entities import build
 from onceflow.security import authorization as auth
 
@@ -39,6 +40,11 @@ def resource_result(
 
 
 def handle_describe_configs(ctx: AdminContext, request: Request) -> Any:
+    return in_slices(_describe_configs(ctx, request), len(request.body.resources))
+
+
+def _describe_configs(ctx: AdminContext, request: Request) -> Work:
+    """One step per resource named (2,500 of one topic held the event loop 1.3 s at once)."""
     cls, result_cls, entry_cls = response_classes(
         request, "DescribeConfigsResult", "DescribeConfigsResourceResult"
     )
@@ -94,4 +100,5 @@ def handle_describe_configs(ctx: AdminContext, request: Request) -> Any:
             if not keys or k in keys
         )
         results.append(resource_result(result_cls, resource, error, message, configs=configs))
+        yield
     return build(cls, throttle_time=datetime.timedelta(0), results=tuple(results))

@@ -4,13 +4,16 @@ ListGroups (16), DescribeGroups (15), DeleteGroups (42)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.handlers.context import GroupsContext
+from onceflow.broker.handlers.offsets import answer_when_written
 from onceflow.broker.handlers.responses import build_from, response_class, response_classes
+from onceflow.broker.handlers.slices import SLICED_ABOVE, Work, in_slices
 from onceflow.groups.coordinator import (
     JoinGroupRequest,
     JoinResult,
@@ -139,16 +142,27 @@ def handle_heartbeat(ctx: GroupsContext, request: Request) -> Any:
 def handle_leave_group(ctx: GroupsContext, request: Request) -> Any:
     if (refused := _refused(request)) is not None:
         return refused
+    named = len(request.body.members) if request.api_version >= 3 else 1
+    return in_slices(_leave_group(ctx, request), named)
+
+
+def _leave_group(ctx: GroupsContext, request: Request) -> Work:
+    """One step per member named (v3+), the group's change in one."""
     req = request.body
     cls = response_class(request)
     if request.api_version >= 3:
-        members = [
-            LeaveMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
-            for m in req.members
-        ]
+        members = []
+        for m in req.members:
+            members.append(
+                LeaveMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+            )
+            yield
     else:
         members = [LeaveMember(req.member_id)]
-    result = ctx.coordinator.leave_group(req.group_id, members)
+    if len(members) > SLICED_ABOVE:
+        result = yield from _leave_in_chunks(ctx, req.group_id, members)
+    else:
+        result = ctx.coordinator.leave_group(req.group_id, members)
     if request.api_version < 3:
         error = (
             result.members[0].error
@@ -157,12 +171,24 @@ def handle_leave_group(ctx: GroupsContext, request: Request) -> Any:
         )
         return build(cls, throttle_time=ZERO, error_code=error)
     member_cls = sibling(cls, "MemberResponse")
-    return build(
-        cls,
-        throttle_time=ZERO,
-        error_code=result.error,
-        members=tuple(build_from(member_cls, m, error_code=m.error) for m in result.members),
-    )
+    answers = []
+    for m in result.members:
+        answers.append(build_from(member_cls, m, error_code=m.error))
+        yield
+    return build(cls, throttle_time=ZERO, error_code=result.error, members=tuple(answers))
+
+
+def _leave_in_chunks(ctx: GroupsContext, group_id: str, members: list[LeaveMember]) -> Work:
+    """The members leave in their order, SLICED_ABOVE at a time, each chunk one step; a
+    group-level error (the group gone meanwhile) answers for the whole request."""
+    left: list[Any] = []
+    for start in range(0, len(members), SLICED_ABOVE):
+        result = ctx.coordinator.leave_group(group_id, members[start : start + SLICED_ABOVE])
+        if result.error != ErrorCode.none:
+            return result
+        left.extend(result.members)
+        yield
+    return dataclasses.replace(result, members=tuple(left))
 
 
 def handle_list_groups(ctx: GroupsContext, request: Request) -> Any:
@@ -185,26 +211,38 @@ def handle_list_groups(ctx: GroupsContext, request: Request) -> Any:
 
 
 def handle_describe_groups(ctx: GroupsContext, request: Request) -> Any:
+    return in_slices(_describe_groups(ctx, request), len(request.body.groups))
+
+
+def _describe_groups(ctx: GroupsContext, request: Request) -> Work:
+    """One step per group named (20,000 took 5 s at once): the refused ones first, as before,
+    then each allowed group as named (duplicates too, as Kafka answers them)."""
     req = request.body
     cls = response_class(request)
     group_cls = sibling(cls, "DescribedGroup")
     member_cls = sibling(cls, "DescribedGroupMember")
-    allowed = auth.filter_authorized(request.session, auth.DESCRIBE, auth.GROUP, req.groups)
-    out = [
-        build(
-            group_cls,
-            error_code=ErrorCode.group_authorization_failed,
-            group_id=group,
-            group_state="",
-            protocol_type="",
-            protocol_data="",
-            members=(),
-            authorized_operations=auth.NOT_REQUESTED,
-        )
-        for group in req.groups
-        if group not in allowed
-    ]
-    for d in ctx.coordinator.describe_groups(allowed):
+    with_operations = getattr(req, "include_authorized_operations", False)
+    allowed: list[str] = []
+    out = []
+    for group in req.groups:
+        if auth.authorize(request.session, auth.DESCRIBE, auth.GROUP, group, log_if_denied=False):
+            allowed.append(group)
+        else:
+            out.append(
+                build(
+                    group_cls,
+                    error_code=ErrorCode.group_authorization_failed,
+                    group_id=group,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=auth.NOT_REQUESTED,
+                )
+            )
+        yield
+    for group in allowed:
+        [d] = ctx.coordinator.describe_groups([group])
         # Up to v5 an unknown group is state Dead with no error, as Kafka answers.
         error = ErrorCode.none if d.error == ErrorCode.group_id_not_found else d.error
         members = tuple(
@@ -221,26 +259,36 @@ def handle_describe_groups(ctx: GroupsContext, request: Request) -> Any:
                 authorized_operations=auth.authorized_operations(
                     request.session, auth.GROUP, d.group_id
                 )
-                if getattr(req, "include_authorized_operations", False)
+                if with_operations
                 else auth.NOT_REQUESTED,
             )
         )
+        yield
     return build(cls, throttle_time=ZERO, groups=tuple(out))
 
 
 def handle_delete_groups(ctx: GroupsContext, request: Request) -> Any:
+    return in_slices(_delete_groups(ctx, request), len(request.body.groups_names))
+
+
+def _delete_groups(ctx: GroupsContext, request: Request) -> Work:
+    """One step per group named (25,000 took 8 s at once: the refused ones were looked up in
+    a list); the groups' checks and the tombstones' append in one step."""
     req = request.body
-    allowed = auth.filter_authorized(request.session, auth.DELETE, auth.GROUP, req.groups_names)
+    allowed: dict[str, None] = {}
+    denied: dict[str, ErrorCode] = {}
+    for g in req.groups_names:
+        if auth.authorize(request.session, auth.DELETE, auth.GROUP, g, log_if_denied=False):
+            allowed[g] = None
+        else:
+            denied[g] = ErrorCode.group_authorization_failed
+        yield
     result = ctx.coordinator.delete_groups(allowed)
-    denied = {g: ErrorCode.group_authorization_failed for g in req.groups_names if g not in allowed}
+    written = ctx.write_offsets(result.records, None)
     cls = response_class(request)
     result_cls = sibling(cls, "DeletableGroupResult")
-    response = build(
-        cls,
-        throttle_time=ZERO,
-        results=tuple(
-            build(result_cls, group_id=g, error_code=e)
-            for g, e in {**denied, **result.response}.items()
-        ),
-    )
-    return ctx.write_offsets(result.records, response)
+    results = []
+    for g, e in {**denied, **result.response}.items():
+        results.append(build(result_cls, group_id=g, error_code=e))
+        yield
+    return answer_when_written(written, build(cls, throttle_time=ZERO, results=tuple(results)))

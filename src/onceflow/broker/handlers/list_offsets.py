@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -13,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.handlers.context import DataContext
 from onceflow.broker.handlers.metadata import LEADER_EPOCH
 from onceflow.broker.handlers.responses import build_from, response_classes
+from onceflow.broker.handlers.slices import Work, in_slices
 from onceflow.protocol.entities import build
 from onceflow.records.batch import check_batch, parse_header
 from onceflow.records.errors import RecordsError
@@ -124,21 +126,44 @@ def _find(partition: Partition | None, timestamp: int, read_committed: bool) -> 
 
 
 def handle_list_offsets(ctx: DataContext, request: Request) -> Any:
+    elements = sum(len(t.partitions) for t in request.body.topics)
+    return in_slices(_list_offsets(ctx, request), elements)
+
+
+def _list_offsets(ctx: DataContext, request: Request) -> Work:
+    """One step per partition named. As Kafka's ReplicaManager.fetchOffset, a partition named
+    more than once is answered once, with INVALID_REQUEST; a topic the principal may not
+    describe gets TOPIC_AUTHORIZATION_FAILED for each partition as named."""
     req = request.body
     cls, topic_cls, part_cls = response_classes(
         request, "ListOffsetsTopicResponse", "ListOffsetsPartitionResponse"
     )
     read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
-    topics_out = []
+    describable: dict[str, bool] = {}
+    times_named: Counter[tuple[str, int]] = Counter()
     for t in req.topics:
-        parts = []
-        describable = auth.authorize(request.session, auth.DESCRIBE, auth.TOPIC, t.name)
+        if t.name not in describable:
+            describable[t.name] = auth.authorize(request.session, auth.DESCRIBE, auth.TOPIC, t.name)
+        if describable[t.name]:
+            for p in t.partitions:
+                times_named[t.name, p.partition_index] += 1
+                yield
+    answers: dict[str, list[Any]] = {}
+    answered: set[tuple[str, int]] = set()
+    for t in req.topics:
+        parts = answers.setdefault(t.name, [])
         for p in t.partitions:
-            partition = ctx.topics.partition(t.name, p.partition_index)
-            if describable:
-                found = _find(partition, p.timestamp, read_committed)
-            else:
+            key = (t.name, p.partition_index)
+            if not describable[t.name]:
                 found = _Found(ErrorCode.topic_authorization_failed)
+            elif key in answered:
+                continue
+            elif times_named[key] > 1:
+                found = _Found(ErrorCode.invalid_request)
+            else:
+                partition = ctx.topics.partition(t.name, p.partition_index)
+                found = _find(partition, p.timestamp, read_committed)
+            answered.add(key)
             parts.append(
                 build_from(
                     part_cls,
@@ -148,5 +173,8 @@ def handle_list_offsets(ctx: DataContext, request: Request) -> Any:
                     old_style_offsets=(found.offset,),
                 )
             )
-        topics_out.append(build(topic_cls, name=t.name, partitions=tuple(parts)))
-    return build(cls, throttle_time=datetime.timedelta(0), topics=tuple(topics_out))
+            yield
+    topics_out = tuple(
+        build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in answers.items()
+    )
+    return build(cls, throttle_time=datetime.timedelta(0), topics=topics_out)

@@ -4,7 +4,7 @@ from the coordinators' result objects, per-partition entries grouped under their
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import fields
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -54,6 +54,19 @@ def by_topic(
     grouped: dict[str, list[Any]] = {}
     for topic, entry in entries:
         grouped.setdefault(topic, []).append(entry)
+    return tuple(
+        build(topic_cls, name=name, **{partitions: tuple(parts)}) for name, parts in grouped.items()
+    )
+
+
+def by_topic_in_steps(
+    entries: Iterable[tuple[str, Any]], topic_cls: type, partitions: str = "partitions"
+) -> Generator[None, None, tuple[Any, ...]]:
+    """`by_topic`, one step per entry (handlers/slices.py)."""
+    grouped: dict[str, list[Any]] = {}
+    for topic, entry in entries:
+        grouped.setdefault(topic, []).append(entry)
+        yield
     return tuple(
         build(topic_cls, name=name, **{partitions: tuple(parts)}) for name, parts in grouped.items()
     )

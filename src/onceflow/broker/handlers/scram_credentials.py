@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.handlers.responses import NO_THROTTLE, results_response
+from onceflow.broker.handlers.slices import Work, in_slices
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import response_type
@@ -36,8 +37,6 @@ DESCRIBE_USER_SCRAM_CREDENTIALS = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS
 
 def handle_describe(ctx: SecurityContext, request: Request) -> Any:
     cls = response_type(DESCRIBE_USER_SCRAM_CREDENTIALS, request.api_version)
-    result_cls = sibling(cls, "DescribeUserScramCredentialsResult")
-    info_cls = sibling(cls, "CredentialInfo")
     if not auth.authorize_cluster(request.session, auth.DESCRIBE):
         return build(
             cls,
@@ -47,13 +46,16 @@ def handle_describe(ctx: SecurityContext, request: Request) -> Any:
             results=(),
         )
     users = None if request.body.users is None else [u.name for u in request.body.users]
-    results = describe(ctx.security.credentials, users)
-    return build(
-        cls,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        results=tuple(
+    return in_slices(_described(ctx, cls, users), len(users or ()))
+
+
+def _described(ctx: SecurityContext, cls: type, users: list[str] | None) -> Work:
+    """One step per user named (the store's answer is read in one)."""
+    result_cls = sibling(cls, "DescribeUserScramCredentialsResult")
+    info_cls = sibling(cls, "CredentialInfo")
+    out = []
+    for r in describe(ctx.security.credentials, users):
+        out.append(
             build(
                 result_cls,
                 user=r.user,
@@ -63,8 +65,14 @@ def handle_describe(ctx: SecurityContext, request: Request) -> Any:
                     build(info_cls, mechanism=m, iterations=i) for m, i in r.credentials
                 ),
             )
-            for r in results
-        ),
+        )
+        yield
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        results=tuple(out),
     )
 
 

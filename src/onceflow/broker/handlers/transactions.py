@@ -13,13 +13,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.handlers.context import DataContext, TxnContext
-from onceflow.broker.handlers.offsets import commit_response, requested_offsets
+from onceflow.broker.handlers.offsets import (
+    answer_when_written,
+    commit_response,
+    partitions_named,
+    requested_offsets,
+)
 from onceflow.broker.handlers.responses import (
     build_from,
-    partition_errors,
+    by_topic_in_steps,
     response_class,
     response_classes,
 )
+from onceflow.broker.handlers.slices import SLICED_ABOVE, Work, in_slices, run_now, run_sliced
 from onceflow.broker.transactions import (
     HELD_REQUEST_TIMEOUT_S,
     OFFSETS_TOPIC,
@@ -145,69 +151,84 @@ def _init_answer(request: Request, answer: InitProducerIdResponse) -> Any:
 
 
 def handle_add_partitions_to_txn(ctx: TxnContext, request: Request) -> Any:
-    txn_id = request.body.v3_and_below_transactional_id
-    if not _may_write_txn(request, txn_id):
-        failed = ErrorCode.transactional_id_authorization_failed
-        return _add_partitions_response(request, _every_partition(request, failed))
-    return _after_markers(
-        ctx,
-        txn_id,
-        lambda: _add_partitions(ctx, request),
-        lambda error: _add_partitions_response(request, _every_partition(request, error)),
-    )
+    named = sum(len(t.partitions) for t in request.body.v3_and_below_topics)
+    return in_slices(_add_partitions_to_txn(ctx, request, named > SLICED_ABOVE), named)
 
 
 def _every_partition(request: Request, error: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
     return {(t.name, p): error for t in request.body.v3_and_below_topics for p in t.partitions}
 
 
-def _add_partitions(ctx: TxnContext, request: Request) -> Any:
+def _add_partitions_to_txn(ctx: TxnContext, request: Request, sliced: bool) -> Work:
+    """The partitions checked one step each (200,000 held the event loop 3 s at once), as
+    Kafka's KafkaApis checks them before the coordinator; then the coordinator's turn, after
+    the producer's markers in flight, with the partitions that exist (as many as the cluster's)."""
     req = request.body
-    wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
-    writable = set(
-        auth.filter_authorized(request.session, auth.WRITE, auth.TOPIC, {t for t, _ in wanted})
-    )
-    refused = {tp: ErrorCode.topic_authorization_failed for tp in wanted if tp[0] not in writable}
-    unknown = {tp: ErrorCode.unknown_topic_or_partition for tp in wanted if tp not in refused
-               and ctx.groups.partitions.partition(*tp) is None}  # fmt: skip
-    if refused or unknown:
+    txn_id = req.v3_and_below_transactional_id
+    if not _may_write_txn(request, txn_id):
+        failed = ErrorCode.transactional_id_authorization_failed
+        return (yield from _add_partitions_response(request, _every_partition(request, failed)))
+    wanted = []
+    writable: dict[str, bool] = {}
+    refused: dict[tuple[str, int], ErrorCode] = {}
+    for t in req.v3_and_below_topics:
+        if t.name not in writable:
+            writable[t.name] = auth.authorize(
+                request.session, auth.WRITE, auth.TOPIC, t.name, log_if_denied=False
+            )
+        for p in t.partitions:
+            tp = (t.name, p)
+            wanted.append(tp)
+            if not writable[t.name]:
+                refused[tp] = ErrorCode.topic_authorization_failed
+            elif ctx.groups.partitions.partition(t.name, p) is None:
+                refused[tp] = ErrorCode.unknown_topic_or_partition
+            yield
+    if refused:
         # As Kafka: nothing is added; those partitions fail, the others are not attempted.
-        failed = {**unknown, **refused}
-        errors = {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
-        return _add_partitions_response(request, errors)
-    result = ctx.coordinator.add_partitions(
-        req.v3_and_below_transactional_id,
-        req.v3_and_below_producer_id,
-        req.v3_and_below_producer_epoch,
-        wanted,
-    )
-    return _add_partitions_later(ctx, request, result)
+        errors = {}
+        for tp in wanted:
+            errors[tp] = refused.get(tp, ErrorCode.operation_not_attempted)
+            yield
+        return (yield from _add_partitions_response(request, errors))
+
+    def add() -> Any:
+        result = ctx.coordinator.add_partitions(
+            txn_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch, wanted
+        )
+        return _add_partitions_later(ctx, request, result, sliced)
+
+    def busy(error: ErrorCode) -> Any:
+        return run_now(_add_partitions_response(request, _every_partition(request, error)))
+
+    return _after_markers(ctx, txn_id, add, busy)
 
 
 async def _add_partitions_later(
-    ctx: TxnContext, request: Request, result: CoordinatorResult[dict[tuple[str, int], ErrorCode]]
+    ctx: TxnContext,
+    request: Request,
+    result: CoordinatorResult[dict[tuple[str, int], ErrorCode]],
+    sliced: bool,
 ) -> Any:
     errors = await _run(ctx, result, lambda error: _every_partition(request, error))
-    return _add_partitions_response(request, errors)
+    response = _add_partitions_response(request, errors)
+    return await run_sliced(response) if sliced else run_now(response)
 
 
-def _add_partitions_response(request: Request, errors: dict[tuple[str, int], ErrorCode]) -> Any:
+def _add_partitions_response(request: Request, errors: dict[tuple[str, int], ErrorCode]) -> Work:
     cls, topic_cls, part_cls = response_classes(
         request, "AddPartitionsToTxnTopicResult", "AddPartitionsToTxnPartitionResult"
     )
-    answered = {
-        tp: error_for_version(error, request.api_key, request.api_version)
-        for tp, error in errors.items()
-    }
+    parts = []
+    for (topic, index), error in errors.items():
+        code = error_for_version(error, request.api_key, request.api_version)
+        parts.append((topic, build(part_cls, partition_index=index, partition_error_code=code)))
+        yield
     return build(
         cls,
         throttle_time=ZERO,
-        results_by_topic_v3_and_below=partition_errors(
-            answered,
-            topic_cls,
-            part_cls,
-            partitions="results_by_partition",
-            error="partition_error_code",
+        results_by_topic_v3_and_below=(
+            yield from by_topic_in_steps(parts, topic_cls, "results_by_partition")
         ),
     )
 
@@ -257,6 +278,11 @@ def _simple_answer(request: Request, error: ErrorCode) -> Any:
 
 
 def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
+    return in_slices(_txn_offset_commit(ctx, request), partitions_named(request.body.topics))
+
+
+def _txn_offset_commit(ctx: TxnContext, request: Request) -> Work:
+    """As OffsetCommit (offsets.py): checked in steps, then validated and appended in one."""
     req = request.body
     cls = response_class(request)
     if not _may_write_txn(request, req.transactional_id):
@@ -267,8 +293,10 @@ def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
         refused = None
     if refused is not None:
         every = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-        return commit_response(cls, dict.fromkeys(every, refused))
-    offsets, errors = requested_offsets(ctx.groups.partitions, req.topics, request.session)
+        return (yield from commit_response(cls, dict.fromkeys(every, refused)))
+    offsets, errors = yield from requested_offsets(
+        ctx.groups.partitions, req.topics, request.session
+    )
     if not ctx.driver.verify_partition(
         req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, 0
     ):
@@ -282,7 +310,7 @@ def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
                 ErrorCode.producer_fenced, request.api_key, request.api_version
             )
         errors.update(dict.fromkeys(offsets, error))
-        return commit_response(cls, errors)
+        return (yield from commit_response(cls, errors))
     result = ctx.groups.coordinator.txn_commit_offsets(
         req.transactional_id,
         req.group_id,
@@ -293,44 +321,50 @@ def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
         getattr(req, "group_instance_id", None),
         offsets,
     )
-    errors.update(result.response)
-    response = commit_response(cls, errors)
-    return ctx.groups.write_offsets(
-        result.records, response, producer_id=req.producer_id, producer_epoch=req.producer_epoch
+    written = ctx.groups.write_offsets(
+        result.records, None, producer_id=req.producer_id, producer_epoch=req.producer_epoch
     )
+    errors.update(result.response)
+    response = yield from commit_response(cls, errors)
+    return answer_when_written(written, response)
 
 
 def handle_describe_transactions(ctx: TxnContext, request: Request) -> Any:
+    ids = request.body.transactional_ids
+    return in_slices(_describe_transactions(ctx, request), len(ids))
+
+
+def _describe_transactions(ctx: TxnContext, request: Request) -> Work:
+    """DESCRIBE on each transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED; one step
+    per id named."""
     cls, state_cls, topic_cls = response_classes(request, "TransactionState", "TopicData")
-    states = tuple(
-        build_from(
-            state_cls,
-            d,
-            error_code=d.error,
-            transaction_state=d.state,
-            transaction_timeout=datetime.timedelta(milliseconds=d.transaction_timeout_ms),
-            transaction_start_time=_datetime(d.transaction_start_time_ms),
-            topics=tuple(
-                build(topic_cls, topic=t, partitions=ps)
-                for t, ps in auth.filter_authorized(
-                    request.session, auth.DESCRIBE, auth.TOPIC, d.topics, lambda t: t[0]
-                )
-            ),
-        )
-        for d in _describe_transactions(ctx, request)
-    )
-    return build(cls, throttle_time=ZERO, transaction_states=states)
-
-
-def _describe_transactions(ctx: TxnContext, request: Request) -> list[TxnDescription]:
-    """DESCRIBE on each transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
-    ids = list(request.body.transactional_ids)
-    allowed = set(
-        auth.filter_authorized(request.session, auth.DESCRIBE, auth.TRANSACTIONAL_ID, ids)
-    )
-    found = iter(ctx.coordinator.describe([i for i in ids if i in allowed]))
     failed = ErrorCode.transactional_id_authorization_failed
-    return [next(found) if i in allowed else TxnDescription(i, failed) for i in ids]
+    states = []
+    for i in request.body.transactional_ids:
+        if auth.authorize(
+            request.session, auth.DESCRIBE, auth.TRANSACTIONAL_ID, i, log_if_denied=False
+        ):
+            [d] = ctx.coordinator.describe([i])
+        else:
+            d = TxnDescription(i, failed)
+        states.append(
+            build_from(
+                state_cls,
+                d,
+                error_code=d.error,
+                transaction_state=d.state,
+                transaction_timeout=datetime.timedelta(milliseconds=d.transaction_timeout_ms),
+                transaction_start_time=_datetime(d.transaction_start_time_ms),
+                topics=tuple(
+                    build(topic_cls, topic=t, partitions=ps)
+                    for t, ps in auth.filter_authorized(
+                        request.session, auth.DESCRIBE, auth.TOPIC, d.topics, lambda t: t[0]
+                    )
+                ),
+            )
+        )
+        yield
+    return build(cls, throttle_time=ZERO, transaction_states=tuple(states))
 
 
 # The states ListTransactions filters on; others are answered as unknown state filters.
@@ -373,36 +407,41 @@ def handle_list_transactions(ctx: TxnContext, request: Request) -> Any:
 
 def handle_describe_producers(ctx: DataContext, request: Request) -> Any:
     """The producers' state of each partition (Kafka's partition-level DescribeProducers)."""
+    elements = sum(len(t.partition_indexes) for t in request.body.topics)
+    return in_slices(_describe_producers(ctx, request), elements)
+
+
+def _describe_producers(ctx: DataContext, request: Request) -> Work:
+    """One step per partition named (200,000 held the event loop 3 s at once)."""
     cls, topic_cls, part_cls, producer_cls = response_classes(
         request, "TopicResponse", "PartitionResponse", "ProducerState"
     )
-
-    def described(topic: str, index: int) -> Any:
-        readable = auth.authorize(request.session, auth.READ, auth.TOPIC, topic)
-        partition = ctx.topics.partition(topic, index) if readable else None
-        error = (
-            ErrorCode.unknown_topic_or_partition
-            if readable
-            else ErrorCode.topic_authorization_failed
-        )
-        producers: tuple[Any, ...] = ()
-        if partition is not None:
-            error = ErrorCode.none
-            producers = tuple(build_from(producer_cls, p) for p in partition.producers.producers())
-        return build(
-            part_cls,
-            partition_index=index,
-            error_code=error,
-            error_message=None,
-            active_producers=producers,
-        )
-
-    topics = tuple(
-        build(
-            topic_cls,
-            name=t.name,
-            partitions=tuple(described(t.name, i) for i in t.partition_indexes),
-        )
-        for t in request.body.topics
-    )
-    return build(cls, throttle_time=ZERO, topics=topics)
+    topics = []
+    for t in request.body.topics:
+        readable = auth.authorize(request.session, auth.READ, auth.TOPIC, t.name)
+        parts = []
+        for index in t.partition_indexes:
+            partition = ctx.topics.partition(t.name, index) if readable else None
+            error = (
+                ErrorCode.unknown_topic_or_partition
+                if readable
+                else ErrorCode.topic_authorization_failed
+            )
+            producers: tuple[Any, ...] = ()
+            if partition is not None:
+                error = ErrorCode.none
+                producers = tuple(
+                    build_from(producer_cls, p) for p in partition.producers.producers()
+                )
+            parts.append(
+                build(
+                    part_cls,
+                    partition_index=index,
+                    error_code=error,
+                    error_message=None,
+                    active_producers=producers,
+                )
+            )
+            yield
+        topics.append(build(topic_cls, name=t.name, partitions=tuple(parts)))
+    return build(cls, throttle_time=ZERO, topics=tuple(topics))
