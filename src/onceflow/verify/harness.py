@@ -43,6 +43,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.verify.checker import CheckResult, check
 from onceflow.verify.faults import (
@@ -77,7 +78,7 @@ from onceflow.verify.history import (
     History,
 )
 from onceflow.verify.indexed_history import IndexedHistory
-from onceflow.verify.kafka_nodes import ManagedKafka, WorkloadKeys
+from onceflow.verify.kafka_nodes import ManagedKafka, WorkloadKeys, resolve_distribution
 from onceflow.verify.mirror_check import MIRROR_READ, check_mirror, source_ops
 from onceflow.verify.mirror_run import (
     SupervisedMirror,
@@ -238,6 +239,12 @@ def run_verify(
     compacted = options.workload == COMPACTED
     if compacted:  # keyed producers and readers only: no copiers on a compacted input
         options = dataclasses.replace(options, copiers=0)
+    distribution = None
+    if options.apache_kafka is not None:  # before anything is made: a wrong DIR is a usage error
+        try:
+            distribution = resolve_distribution(options.apache_kafka)
+        except (ValueError, RuntimeError) as e:  # no such distribution, no java, no mvn
+            raise VerifyError(f"cannot run Apache Kafka: {e}") from e
     started = time.monotonic()
     temporary = options.work_dir is None
     work_dir = options.work_dir or Path(tempfile.mkdtemp(prefix="onceflow-verify-"))
@@ -299,8 +306,8 @@ def run_verify(
                 target, target_log = _broker(
                     work_dir / "target-data", settings, {}, work_dir, "target-broker", history
                 )
-        elif options.apache_kafka is not None:
-            kafka = _apache_kafka(options, work_dir, details)
+        elif distribution is not None:
+            kafka = _apache_kafka(options, distribution, work_dir, details)
             report(Progress(f"starting Apache Kafka {kafka.version}", 0, options.duration_s))
             kafka.start()
             bootstrap = kafka.bootstrap
@@ -524,18 +531,13 @@ def _broker(
     return broker, log
 
 
-def _apache_kafka(options: VerifyOptions, work_dir: Path, details: dict[str, Any]) -> ManagedKafka:
+def _apache_kafka(
+    options: VerifyOptions, distribution: Distribution, work_dir: Path, details: dict[str, Any]
+) -> ManagedKafka:
     """The run's Apache Kafka cluster (not started), its data and logs in work_dir/kafka."""
-    assert options.apache_kafka is not None
-    try:
-        kafka = ManagedKafka(
-            work_dir / "kafka",
-            options.nodes,
-            options.apache_kafka,
-            dict(options.kafka_settings),
-        )
-    except (ValueError, RuntimeError) as e:  # no such distribution, no java, no mvn
-        raise VerifyError(f"cannot run Apache Kafka: {e}") from e
+    kafka = ManagedKafka(
+        work_dir / "kafka", options.nodes, distribution, dict(options.kafka_settings)
+    )
     details["apache_kafka"] = {
         "version": kafka.version,
         "nodes": options.nodes,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from onceflow.apache_kafka import KafkaCluster, KafkaClusterError, locate
+from onceflow.apache_kafka import Distribution, KafkaCluster, KafkaClusterError, locate
 from onceflow.apache_kafka.cluster import HOST
 from onceflow.protocol.client import KafkaClientError
 from onceflow.verify.faults import FaultError
@@ -117,7 +117,7 @@ def choose_node(
     return NodeChoice(node, role, of)
 
 
-def resolve_distribution(where: str) -> Any:
+def resolve_distribution(where: str) -> Distribution:
     """`fetched` (or empty): the pinned release from the cache, $ONCEFLOW_APACHE_KAFKA, or
     fetched now with Maven; otherwise a binary distribution's root or its libs/ folder."""
     return locate(None if where in ("", FETCHED) else where)
@@ -130,13 +130,13 @@ class ManagedKafka:
         self,
         directory: Path,
         nodes: int,
-        where: str,
+        distribution: Distribution,
         overrides: Mapping[str, str],
     ) -> None:
         self.cluster = KafkaCluster(
             directory,
             nodes,
-            distribution=resolve_distribution(where),
+            distribution=distribution,
             settings={**VERIFY_SETTINGS, **overrides},
         )
         self.serve(WorkloadKeys((), (), None))
