@@ -56,12 +56,14 @@ def verify_command(
             "--apache-kafka",
             metavar="DIR",
             help="Start an Apache Kafka cluster on loopback (KRaft, --nodes nodes, replication "
-            "3, min.insync.replicas=2, no unclean election) and verify it; DIR is a Kafka binary "
+            "3 (or fewer nodes), min.insync.replicas=2, no unclean election) and verify it; "
+            "DIR is a Kafka binary "
             "distribution (the unpacked kafka_2.13-4.x.y/) or its libs/ folder, or 'fetched' "
             "for the release onceflow pins, fetched once with Maven into "
-            "~/.cache/onceflow/apache-kafka. kill and pause strike one node at a time: the "
-            "leader of a workload partition, the transaction coordinator of a producer or "
-            "copier, the copiers' group coordinator, or any node; disk does not apply.",
+            "~/.cache/onceflow/apache-kafka. kill, pause and partition (the node cut off from "
+            "every client) strike one node at a time: the leader of a workload partition, the "
+            "transaction coordinator of a producer or copier, the copiers' group coordinator, "
+            "or any node; disk does not apply to Kafka.",
         ),
     ] = None,
     nodes: Annotated[
@@ -166,7 +168,8 @@ def verify_command(
     copiers and read_committed / read_uncommitted consumers run while faults are injected;
     then a checker looks for aborted reads, lost writes, duplicates, inconsistent offsets,
     non-monotonic or skipping polls, torn transactions and offsets committed by aborted
-    transactions. Exits 1 if it finds any."""
+    transactions. Exits 1 if it finds any. With --apache-kafka it is a Jepsen-style check of
+    Apache Kafka itself: the run starts the cluster and kills, pauses and isolates its nodes."""
     # Imported here so that the other commands start without loading the harness.
     from onceflow.verify.faults import parse_faults
     from onceflow.verify.harness import Progress, VerifyError, VerifyOptions, run_verify
