@@ -334,11 +334,6 @@ def run_verify(
         configs[workload.copy_output] = {}
         details["topics"] = {**workload.topics, workload.copy_output: 2}
         details["group"] = workload.copy_group
-        if kafka is not None:
-            writers = [f"{PRODUCER}{i}" for i in range(options.producers)]
-            writers += [f"{COPIER}{i}" for i in range(options.copiers)]
-            group = workload.copy_group if options.copiers else None
-            kafka.serve(WorkloadKeys(workload.all_partitions(), writers, group))
         report(Progress("creating topics", time.monotonic() - started, options.duration_s))
         create_topics(bootstrap, {**workload.topics, workload.copy_output: 2}, configs)
         created = {
@@ -377,6 +372,10 @@ def run_verify(
             pool.add(READER, slot, READ_UNCOMMITTED)
         if options.copiers:
             pool.add(OFFSETS_READER, 0)
+        if kafka is not None:  # a writer's slot name is its transactional.id
+            group = workload.copy_group if options.copiers else None
+            writers = pool.names((PRODUCER, COPIER))
+            kafka.serve(WorkloadKeys(workload.all_partitions(), writers, group))
         pool.start_all()
 
         nemesis = Nemesis(
