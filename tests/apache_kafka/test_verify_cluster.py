@@ -13,7 +13,7 @@ from pathlib import Path
 
 from onceflow.apache_kafka import Distribution
 from onceflow.verify.history import INVOKE, NEMESIS, OK, History
-from onceflow.verify.kafka_nodes import NODE_ROLES
+from onceflow.verify.kafka_nodes import NODE_ROLES, ManagedKafka
 from tests.verify.runs import run_verify, verify_command
 
 FAULTS = ("kill", "pause", "partition", "crash-client")
@@ -76,3 +76,27 @@ def test_one_target_and_kafka_options_only_with_apache_kafka(
     nowhere.mkdir()
     stderr = usage_error("--apache-kafka", str(nowhere), "--duration", "1s")
     assert "cannot run Apache Kafka" in stderr and "neither Apache Kafka's libs/" in stderr
+
+
+def test_overrides_win_and_only_nodes_that_exited_without_a_kill_are_errors(
+    tmp_path: Path, apache_kafka: Distribution
+) -> None:
+    kafka = ManagedKafka(tmp_path, 3, apache_kafka, {"min.insync.replicas": "1"})
+    assert kafka.settings["min.insync.replicas"] == "1"  # over the exactly-once settings
+    assert kafka.settings["transaction.state.log.min.isr"] == "2"
+    assert kafka.settings["transaction.abort.timed.out.transaction.cleanup.interval.ms"] == "1000"
+
+    exited = subprocess.Popen(["sh", "-c", "exit 3"])  # died on its own
+    killed = subprocess.Popen(["sleep", "60"])
+    running = subprocess.Popen(["sleep", "60"])
+    nodes = kafka.cluster.nodes
+    nodes[1].process, nodes[2].process, nodes[3].process = exited, killed, running
+    try:
+        killed.kill()  # as the nemesis kills
+        exited.wait(10)
+        killed.wait(10)
+        assert kafka.exited_on_their_own() == {1: 3}
+    finally:
+        for process in (exited, killed, running):
+            process.kill()
+            process.wait(10)

@@ -37,7 +37,6 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from signal import SIGKILL
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -550,7 +549,7 @@ def _kafka_end(kafka: ManagedKafka, details: dict[str, Any], errors: list[str]) 
     final reads (a node that died without a fault is an error of the run); False if the
     cluster does not come back."""
     details["node_faults"] = kafka.roles_chosen()
-    exited = {n: code for n, code in kafka.exited_on_their_own().items() if code != -SIGKILL}
+    exited = kafka.exited_on_their_own()
     if exited:
         details["node_exits"] = exited
         errors.append(f"Apache Kafka nodes exited on their own (node: code): {exited}")

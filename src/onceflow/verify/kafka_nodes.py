@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from signal import SIGKILL
 from typing import Any, Protocol
 
 from onceflow.apache_kafka import Distribution, KafkaCluster, KafkaClusterError, locate
@@ -205,11 +206,11 @@ class ManagedKafka:
     # -- the end of a run ---------------------------------------------------------------------
 
     def exited_on_their_own(self) -> dict[int, int]:
-        """Nodes that are down although no fault holds them down: node -> exit code."""
+        """Nodes that exited other than by the nemesis's SIGKILL: node -> exit code."""
         return {
             i: n.process.returncode
             for i, n in self.cluster.nodes.items()
-            if n.process is not None and n.process.poll() is not None
+            if n.process is not None and n.process.poll() not in (None, -SIGKILL)
         }
 
     def ensure_running(self) -> None:
