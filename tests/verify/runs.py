@@ -19,15 +19,19 @@ def verify_command() -> list[str]:
 
 
 def run_verify(
-    tmp_path: Path, *args: str, timeout: float, env: dict[str, str] | None = None
+    tmp_path: Path,
+    *args: str,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    target: tuple[str, ...] = ("--embedded",),
 ) -> tuple[dict[str, Any], str]:
-    """`onceflow verify --embedded ARGS` in a subprocess that must exit 0: its JSON report and
-    what it printed."""
+    """`onceflow verify TARGET ARGS` (--embedded by default) in a subprocess that must exit 0:
+    its JSON report and what it printed."""
     report_path = tmp_path / "report.json"
     done = subprocess.run(
         [
             *verify_command(),
-            "--embedded",
+            *target,
             *args,
             "--work-dir",
             str(tmp_path / "run"),

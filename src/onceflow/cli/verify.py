@@ -28,6 +28,17 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
+def parse_settings(items: list[str]) -> dict[str, str]:
+    """`-o key=value` items to settings (the last of a key wins)."""
+    settings = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"Invalid --override '{item}': expected KEY=VALUE.")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
 def verify_command(
     bootstrap_server: Annotated[
         str | None,
@@ -37,6 +48,36 @@ def verify_command(
             metavar="HOST:PORT",
             help="Verify this Kafka cluster (onceflow's or any other). Only the client-side "
             "faults apply: pause (of clients), crash-client and partition.",
+        ),
+    ] = None,
+    apache_kafka: Annotated[
+        str | None,
+        typer.Option(
+            "--apache-kafka",
+            metavar="DIR",
+            help="Start an Apache Kafka cluster on loopback (KRaft, --nodes nodes, replication "
+            "3 (or fewer nodes), min.insync.replicas=2, no unclean election) and verify it; "
+            "DIR is a Kafka binary "
+            "distribution (the unpacked kafka_2.13-4.x.y/) or its libs/ folder, or 'fetched' "
+            "for the release onceflow pins, fetched once with Maven into "
+            "~/.cache/onceflow/apache-kafka. kill, pause and partition (the node cut off from "
+            "every client) strike one node at a time: the leader of a workload partition, the "
+            "transaction coordinator of a producer or copier, the copiers' group coordinator, "
+            "or any node; disk does not apply to Kafka.",
+        ),
+    ] = None,
+    nodes: Annotated[
+        int,
+        typer.Option("--nodes", min=1, help="With --apache-kafka: how many nodes."),
+    ] = 3,
+    override: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--override",
+            "-o",
+            metavar="KEY=VALUE",
+            help="With --apache-kafka: a setting of every node over the exactly-once ones "
+            "(unclean.leader.election.enable=true); repeatable.",
         ),
     ] = None,
     embedded: Annotated[
@@ -65,12 +106,13 @@ def verify_command(
         typer.Option(
             "--faults",
             "-f",
-            help="Comma-separated faults, mixed at random: kill (SIGKILL of the broker and "
-            "restart), pause (SIGSTOP/SIGCONT of the broker or a client), partition (a proxy "
-            "cuts, delays or black-holes client connections), crash-client (SIGKILL of a "
-            "client mid-transaction), disk (the broker's filesystem full; needs root to mount "
-            "a small tmpfs), kill-mirror (SIGKILL of the mirror's driver, with --mirror); "
-            "or all, or none.",
+            help="Comma-separated faults, mixed at random: kill (SIGKILL of the broker, or of "
+            "an Apache Kafka node, and restart), pause (SIGSTOP/SIGCONT of the broker, a node "
+            "or a client), partition (a proxy cuts, delays or black-holes client connections "
+            "to every node), crash-client (SIGKILL of a client mid-transaction), disk (the "
+            "embedded broker's filesystem full; needs root to mount a small tmpfs, simulated "
+            "without; not with --apache-kafka), kill-mirror (SIGKILL of the mirror's driver, "
+            "with --mirror); or all, or none.",
         ),
     ] = "all",
     seed: Annotated[
@@ -126,7 +168,8 @@ def verify_command(
     copiers and read_committed / read_uncommitted consumers run while faults are injected;
     then a checker looks for aborted reads, lost writes, duplicates, inconsistent offsets,
     non-monotonic or skipping polls, torn transactions and offsets committed by aborted
-    transactions. Exits 1 if it finds any."""
+    transactions. Exits 1 if it finds any. With --apache-kafka it is a Jepsen-style check of
+    Apache Kafka itself: the run starts the cluster and kills, pauses and isolates its nodes."""
     # Imported here so that the other commands start without loading the harness.
     from onceflow.verify.faults import parse_faults
     from onceflow.verify.harness import Progress, VerifyError, VerifyOptions, run_verify
@@ -142,8 +185,13 @@ def verify_command(
 
     if mirror and not embedded:
         raise UsageError("--mirror needs --embedded (it starts both brokers).")
-    if embedded == (bootstrap_server is not None):
-        raise UsageError("Choose one target: --embedded or --bootstrap-server HOST:PORT.")
+    if [embedded, bootstrap_server is not None, apache_kafka is not None].count(True) != 1:
+        raise UsageError(
+            "Choose one target: --embedded, --apache-kafka DIR or --bootstrap-server HOST:PORT."
+        )
+    if apache_kafka is None and (override or nodes != 3):
+        raise UsageError("--nodes and --override need --apache-kafka.")
+    settings = parse_settings(override or [])
     try:
         kinds = parse_faults(faults, mirror)
     except ValueError as e:
@@ -155,6 +203,9 @@ def verify_command(
         faults=kinds,
         seed=secrets.randbelow(1 << 31) if seed is None else seed,
         bootstrap=parse_bootstrap(bootstrap_server) if bootstrap_server else None,
+        apache_kafka=apache_kafka,
+        nodes=nodes,
+        kafka_settings=tuple(settings.items()),
         work_dir=work_dir,
         producers=producers,
         copiers=copiers,
@@ -164,6 +215,9 @@ def verify_command(
     )
     err = stderr_console()
     target = "the embedded broker" if options.embedded else options.bootstrap
+    if apache_kafka is not None:
+        shown = "".join(f", {k}={v}" for k, v in settings.items())
+        target = f"Apache Kafka ({apache_kafka}), {nodes} nodes{shown}"
     if mirror:
         target = "the embedded broker mirrored to a second one"
     err.print(

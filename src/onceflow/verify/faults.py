@@ -9,15 +9,19 @@ be injected). Kinds:
 - crash-client: SIGKILL of a client process, mid-transaction or mid-poll; a new instance
   starts (same transactional.id, so it fences the old one);
 - partition: one client's or every client's connections cut, black-holed or delayed by the
-  proxy;
+  proxy; on a managed Apache Kafka cluster, half the time instead every client's connections
+  to one node (the node still reaching the others);
 - disk: the broker's data directory's filesystem filled up, then freed (a small tmpfs where
   the harness may mount one, else a full disk simulated in the broker's log layer);
 - kill-mirror (verify --mirror): SIGKILL of the mirror's driver (its process group: JVM and
   Python workers), restarted after a moment; with a mirror, kill picks the source or the
   target broker at random.
 
-The broker faults (kill, disk, pausing the broker) need the embedded broker; against another
-cluster only the client-side faults apply.
+The broker faults (kill, disk, pausing the broker) need a broker the run manages: the embedded
+one, or (verify --apache-kafka) an Apache Kafka cluster, where kill and pause strike one node at
+a time, chosen as the leader of a workload partition, the coordinator of a transactional id or
+of the group, or at random (kafka_nodes.py); disk does not apply to Kafka. Against a cluster
+given by --bootstrap-server only the client-side faults apply.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ KILL, PAUSE, PARTITION, CRASH_CLIENT, DISK = "kill", "pause", "partition", "cras
 KILL_MIRROR = "kill-mirror"  # SIGKILL of the mirror's driver (verify --mirror)
 TARGET_BROKER = "target broker"  # the mirror's target, a target of kill
 FAULT_KINDS = (KILL, PAUSE, PARTITION, CRASH_CLIENT, DISK)
-BROKER_ONLY = frozenset({KILL, DISK})  # need the embedded broker
+BROKER_ONLY = frozenset({KILL, DISK})  # need a broker the run manages
+EMBEDDED_ONLY = frozenset({DISK})  # not on a managed Apache Kafka cluster
 
 
 class FaultError(RuntimeError):
@@ -81,6 +86,18 @@ class Clients(Protocol):
     def resume(self, name: str) -> None: ...
     def crash(self, name: str, moment: str = "any") -> str: ...
     def start(self, name: str) -> str: ...
+
+
+class NodeFaults(Protocol):
+    """The nodes of a cluster the run manages (verify --apache-kafka: kafka_nodes.ManagedKafka):
+    which to strike, and how. Each call returns details for the history."""
+
+    def choose(self, rng: random.Random) -> Any: ...  # a kafka_nodes.NodeChoice
+    def address(self, node: int) -> tuple[str, int]: ...  # as the node advertises it
+    def kill(self, node: int) -> dict[str, Any]: ...
+    def restart(self, node: int) -> dict[str, Any]: ...
+    def pause(self, node: int) -> dict[str, Any]: ...
+    def resume(self, node: int) -> dict[str, Any]: ...
 
 
 class Mirror(Protocol):
@@ -285,6 +302,7 @@ class Targets:
     mirror_target: SupervisedBroker | None = None  # ...and its target broker, killed as the source
     # Client roles whose processes are paused or crashed most (the transactional ones).
     writers: tuple[str, ...] = ("producer", "copier")
+    nodes: NodeFaults | None = None  # verify --apache-kafka: the cluster's nodes
 
 
 def restart_broker(broker: EmbeddedBroker, attempts: int = 3) -> None:
@@ -373,10 +391,16 @@ class Nemesis:
             if t.mirror_target is not None and rng.random() < 0.5:
                 broker, name = t.mirror_target, TARGET_BROKER
             return self._make(name, rng.uniform(0.2, 3.0), broker.kill, broker.restart)
+        if kind == KILL and t.nodes is not None:
+            nodes = t.nodes
+            return self._node_fault(nodes, rng.uniform(0.2, 3.0), nodes.kill, nodes.restart)
         if kind == KILL_MIRROR and t.mirror is not None and t.mirror.ready():
             mirror = t.mirror
             return self._make("mirror driver", rng.uniform(0.2, 3.0), mirror.kill, mirror.restart)
         if kind == PAUSE:
+            if t.nodes is not None and rng.random() < 0.5:
+                nodes = t.nodes
+                return self._node_fault(nodes, self._hold(2.0, 10.0), nodes.pause, nodes.resume)
             if t.broker is not None and rng.random() < 0.4:
                 broker = t.broker
                 hold = self._hold(2.0, 10.0)
@@ -402,8 +426,31 @@ class Nemesis:
             )
         return None
 
+    def _node_fault(
+        self,
+        nodes: NodeFaults,
+        hold: float,
+        strike: Callable[[int], Any],
+        heal: Callable[[int], Any],
+        target: str = "node {}",
+    ) -> dict[str, Any]:
+        """A fault on one node of a managed cluster, chosen by what it does for the workload
+        (the leader of a partition, a coordinator, or any node)."""
+        choice = nodes.choose(self.rng)
+        node = choice.node
+        plan = self._make(target.format(node), hold, lambda: strike(node), lambda: heal(node))
+        plan["node_role"] = choice.role
+        if choice.of:
+            plan["of"] = choice.of
+        if choice.note:
+            plan["note"] = choice.note
+        return plan
+
     def _partition(self, proxy: KafkaProxy) -> dict[str, Any] | None:
         rng = self.rng
+        nodes = self.targets.nodes
+        if nodes is not None and rng.random() < 0.5:
+            return self._node_partition(proxy, nodes)
         everyone = self.targets.clients.names()
         if not everyone:
             return None
@@ -418,6 +465,25 @@ class Nemesis:
             "delay": partial(proxy.delay, isolated, latency),
         }[mode]
         plan = self._make(target, hold, inject, partial(proxy.heal, isolated))
+        plan["mode"] = mode
+        if mode == "delay":
+            plan["latency_s"] = latency
+        return plan
+
+    def _node_partition(self, proxy: KafkaProxy, nodes: NodeFaults) -> dict[str, Any]:
+        """One node cut off from every client (cut, black-holed or delayed) while the nodes
+        still reach each other: its clients see it gone, the cluster sees it well."""
+        rng = self.rng
+        mode = rng.choice(("cut", "blackhole", "delay"))
+        hold = self._hold(2.0, 10.0)
+        latency = round(rng.uniform(0.05, 1.0), 3)
+        plan = self._node_fault(
+            nodes,
+            hold,
+            lambda node: proxy.isolate_node(nodes.address(node), mode, latency),
+            lambda node: proxy.heal_node(nodes.address(node)),
+            "node {} from all clients",
+        )
         plan["mode"] = mode
         if mode == "delay":
             plan["latency_s"] = latency

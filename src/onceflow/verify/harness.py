@@ -1,8 +1,10 @@
 """One verify run: broker (embedded or not), proxy, clients, faults, final reads, checker.
 
 1. Start the broker (embedded: a child process; for the disk fault its data on a small
-   filesystem, or where none can be mounted a full disk simulated in its log layer) and, for
-   the partition fault, the proxy.
+   filesystem, or where none can be mounted a full disk simulated in its log layer; or with
+   `apache_kafka`, an Apache Kafka cluster of N nodes on loopback, kafka_nodes.py) and, for
+   the partition fault, the proxy (which rewrites the nodes' addresses in Metadata and
+   FindCoordinator answers, so every connection of a client to any node goes through it).
 2. Create the topics, start the clients (each its own process) and the nemesis.
 3. At the deadline: heal, stop the nemesis, stop the clients (each finishes its operation).
 4. Final reads, straight to the broker: read_committed and read_uncommitted passes over
@@ -40,16 +42,19 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.verify.checker import CheckResult, check
 from onceflow.verify.faults import (
     BROKER_ONLY,
     DISK,
+    EMBEDDED_ONLY,
     KILL,
     KILL_MIRROR,
     PARTITION,
     TARGET_BROKER,
     DiskUnavailableError,
+    FaultError,
     Nemesis,
     SimulatedFullDisk,
     SmallDisk,
@@ -72,6 +77,7 @@ from onceflow.verify.history import (
     History,
 )
 from onceflow.verify.indexed_history import IndexedHistory
+from onceflow.verify.kafka_nodes import ManagedKafka, WorkloadKeys, resolve_distribution
 from onceflow.verify.mirror_check import MIRROR_READ, check_mirror, source_ops
 from onceflow.verify.mirror_run import (
     SupervisedMirror,
@@ -148,7 +154,12 @@ class VerifyOptions(ClientCounts):
     duration_s: float = 60.0
     faults: tuple[str, ...] = ()
     seed: int = 0
-    bootstrap: str | None = None  # None: the embedded broker
+    bootstrap: str | None = None  # None: the embedded broker (or apache_kafka's cluster)
+    # A managed Apache Kafka cluster instead: "fetched" or a distribution / libs/ directory,
+    # with this many nodes and these settings over the exactly-once production ones.
+    apache_kafka: str | None = None
+    nodes: int = 3
+    kafka_settings: tuple[tuple[str, str], ...] = ()
     work_dir: Path | None = None  # kept; by default a temporary one, kept only on anomalies
     disk_size_mb: int = 256
     calm_s: tuple[float, float] = (1.0, 4.0)
@@ -157,6 +168,11 @@ class VerifyOptions(ClientCounts):
 
     @property
     def embedded(self) -> bool:
+        return self.bootstrap is None and self.apache_kafka is None
+
+    @property
+    def managed(self) -> bool:
+        """A broker the run starts and faults: the embedded one or an Apache Kafka cluster."""
         return self.bootstrap is None
 
 
@@ -222,6 +238,12 @@ def run_verify(
     compacted = options.workload == COMPACTED
     if compacted:  # keyed producers and readers only: no copiers on a compacted input
         options = dataclasses.replace(options, copiers=0)
+    distribution = None
+    if options.apache_kafka is not None:  # before anything is made: a wrong DIR is a usage error
+        try:
+            distribution = resolve_distribution(options.apache_kafka)
+        except (ValueError, RuntimeError) as e:  # no such distribution, no java, no mvn
+            raise VerifyError(f"cannot run Apache Kafka: {e}") from e
     started = time.monotonic()
     temporary = options.work_dir is None
     work_dir = options.work_dir or Path(tempfile.mkdtemp(prefix="onceflow-verify-"))
@@ -235,10 +257,14 @@ def run_verify(
     notes: list[str] = []
     errors: list[str] = []
     kinds = list(options.faults)
-    if not options.embedded:
+    if not options.managed:
         for kind in BROKER_ONLY & set(kinds):
-            unavailable[kind] = "needs the embedded broker"
+            unavailable[kind] = "needs the embedded broker or --apache-kafka"
         kinds = [k for k in kinds if k not in BROKER_ONLY]
+    elif not options.embedded:
+        for kind in EMBEDDED_ONLY & set(kinds):
+            unavailable[kind] = "does not apply to Apache Kafka"
+        kinds = [k for k in kinds if k not in EMBEDDED_ONLY]
     if options.mirror and not options.embedded:
         raise VerifyError("--mirror needs --embedded")
     if KILL_MIRROR in kinds and not options.mirror:
@@ -254,6 +280,7 @@ def run_verify(
     target: SupervisedBroker | None = None
     target_log: _LogTail | None = None
     mirror: SupervisedMirror | None = None
+    kafka: ManagedKafka | None = None
     details: dict[str, Any] = {"topic_tag": tag}
     try:
         if options.embedded:
@@ -278,6 +305,11 @@ def run_verify(
                 target, target_log = _broker(
                     work_dir / "target-data", settings, {}, work_dir, "target-broker", history
                 )
+        elif distribution is not None:
+            kafka = _apache_kafka(options, distribution, work_dir, details)
+            report(Progress(f"starting Apache Kafka {kafka.version}", 0, options.duration_s))
+            kafka.start()
+            bootstrap = kafka.bootstrap
         else:
             assert options.bootstrap is not None
             bootstrap = options.bootstrap
@@ -339,11 +371,15 @@ def run_verify(
             pool.add(READER, slot, READ_UNCOMMITTED)
         if options.copiers:
             pool.add(OFFSETS_READER, 0)
+        if kafka is not None:  # a writer's slot name is its transactional.id
+            group = workload.copy_group if options.copiers else None
+            writers = pool.names((PRODUCER, COPIER))
+            kafka.serve(WorkloadKeys(workload.all_partitions(), writers, group))
         pool.start_all()
 
         nemesis = Nemesis(
             tuple(kinds),
-            Targets(broker, pool, proxy, disk, mirror, target),
+            Targets(broker, pool, proxy, disk, mirror, target, nodes=kafka),
             history,
             rng,
             calm=options.calm_s,
@@ -405,9 +441,10 @@ def run_verify(
         if broker is not None:
             details["broker_exits"] = broker.exits  # halts on a full disk, say
             details["broker_restarts"] = broker.restarts
+        cluster_up = kafka is None or _kafka_end(kafka, details, errors)
         if broker is not None and not broker.running():
             errors.append("the broker is not running at the end of the run")
-        else:
+        elif cluster_up:
             report(Progress("final reads", time.monotonic() - run_started, options.duration_s))
             settle_s = max(60.0, 3 * options.transaction_timeout_ms / 1000 + 30)
             for isolation in (READ_COMMITTED, READ_UNCOMMITTED):
@@ -448,6 +485,8 @@ def run_verify(
             proxy.close()
         if mirror is not None:
             mirror.stop()
+        if kafka is not None:
+            kafka.stop()
         for name, supervised in (("broker", broker), ("target broker", target)):
             if supervised is not None and supervised.stop() not in (0, None):
                 notes.append(f"the {name} did not shut down cleanly")
@@ -488,6 +527,38 @@ def _broker(
     broker = SupervisedBroker(embedded, history, name)
     broker.start()
     return broker, log
+
+
+def _apache_kafka(
+    options: VerifyOptions, distribution: Distribution, work_dir: Path, details: dict[str, Any]
+) -> ManagedKafka:
+    """The run's Apache Kafka cluster (not started), its data and logs in work_dir/kafka."""
+    kafka = ManagedKafka(
+        work_dir / "kafka", options.nodes, distribution, dict(options.kafka_settings)
+    )
+    details["apache_kafka"] = {
+        "version": kafka.version,
+        "nodes": options.nodes,
+        "settings": kafka.settings,
+    }
+    return kafka
+
+
+def _kafka_end(kafka: ManagedKafka, details: dict[str, Any], errors: list[str]) -> bool:
+    """After the faults: which nodes were chosen for what, and every node up again for the
+    final reads (a node that died without a fault is an error of the run); False if the
+    cluster does not come back."""
+    details["node_faults"] = kafka.roles_chosen()
+    exited = kafka.exited_on_their_own()
+    if exited:
+        details["node_exits"] = exited
+        errors.append(f"Apache Kafka nodes exited on their own (node: code): {exited}")
+    try:
+        kafka.ensure_running()
+    except FaultError as e:
+        errors.append(str(e))
+        return False
+    return True
 
 
 def _mirror_finish(

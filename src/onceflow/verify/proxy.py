@@ -7,7 +7,8 @@ Metadata and FindCoordinator responses; the proxy rewrites those addresses to it
 listeners for that client (opening them on demand), so every connection of the client,
 bootstrap or not, stays behind the proxy. That works against any Kafka cluster, unchanged.
 
-Faults, per client:
+Faults, per client, or per broker (every client's connections to that one broker, while the
+brokers still reach each other: a node cut off from its clients):
 - cut: open connections are reset and new ones are closed as soon as they are accepted;
 - black hole: nothing is forwarded either way (bytes wait at the proxy, as a TCP peer keeps
   retransmitting); on healing they are delivered, late, unless the client gave up first;
@@ -62,6 +63,20 @@ class Link:
     connections: set[_Connection] = field(default_factory=set)
 
 
+def _healed(links: tuple[Link, ...]) -> bool:
+    return all(link.healed.is_set() for link in links)
+
+
+async def _wait_healed(links: tuple[Link, ...]) -> None:
+    while not _healed(links):
+        for link in links:
+            await link.healed.wait()
+
+
+def _latency(links: tuple[Link, ...]) -> float:
+    return max((link.delay for link in links if link.mode == DELAY), default=0.0)
+
+
 @dataclass
 class ProxyStats:
     connections: int = 0
@@ -92,6 +107,7 @@ class KafkaProxy:
         self._listeners: dict[tuple[str, Address], int] = {}
         self._servers: list[asyncio.AbstractServer] = []
         self._links: dict[str, Link] = {}
+        self._node_links: dict[Address, Link] = {}  # faults of one broker, for every client
         self._listen_lock: asyncio.Lock | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -118,7 +134,7 @@ class KafkaProxy:
     async def _shutdown(self) -> None:
         for server in self._servers:
             server.close()
-        for link in self._links.values():
+        for link in [*self._links.values(), *self._node_links.values()]:
             for conn in list(link.connections):
                 conn.reset()
             link.healed.set()
@@ -144,14 +160,30 @@ class KafkaProxy:
         self._call(self._set(clients, DELAY, seconds))
 
     def heal(self, clients: Iterable[str] | None = None) -> None:
+        """Heal these clients (every client and every broker by default)."""
         self._call(self._set(list(self._links) if clients is None else clients, OPEN))
+        if clients is None:
+            for node in list(self._node_links):
+                self.heal_node(node)
+
+    def isolate_node(self, node: Address, mode: str, seconds: float = 0.0) -> None:
+        """Cut, black-hole or delay (by `seconds`) every client's connections to one broker
+        (its advertised address); the brokers still reach each other."""
+        if mode not in (CUT, BLACKHOLE, DELAY):
+            raise ValueError(f"unknown mode {mode!r}")
+        self._call(self._set_links([self._node_link(node)], mode, seconds))
+
+    def heal_node(self, node: Address) -> None:
+        self._call(self._set_links([self._node_link(node)], OPEN))
 
     def modes(self) -> dict[str, str]:
         return {client: link.mode for client, link in self._links.items()}
 
     async def _set(self, clients: Iterable[str], mode: str, delay: float = 0.0) -> None:
-        for client in clients:
-            link = self._link(client)
+        await self._set_links([self._link(client) for client in clients], mode, delay)
+
+    async def _set_links(self, links: list[Link], mode: str, delay: float = 0.0) -> None:
+        for link in links:
             link.mode, link.delay = mode, delay
             if mode == BLACKHOLE:
                 link.healed.clear()
@@ -166,6 +198,13 @@ class KafkaProxy:
         link = self._links.get(client)
         if link is None:
             link = self._links[client] = Link()
+            link.healed.set()
+        return link
+
+    def _node_link(self, node: Address) -> Link:
+        link = self._node_links.get(node)
+        if link is None:
+            link = self._node_links[node] = Link()
             link.healed.set()
         return link
 
@@ -200,16 +239,17 @@ class KafkaProxy:
         writer: asyncio.StreamWriter,
     ) -> None:
         self.stats.connections += 1
-        link = self._link(client)
-        if link.mode == CUT:
+        links = (self._link(client), self._node_link(upstream))
+        if any(link.mode == CUT for link in links):
             self.stats.refused += 1
             writer.transport.abort()
             return
         conn = _Connection([writer])
-        link.connections.add(conn)
+        for link in links:
+            link.connections.add(conn)
         try:
-            await link.healed.wait()  # a black hole: not even the broker sees the connection
-            if link.mode == CUT or writer.is_closing():
+            await _wait_healed(links)  # a black hole: not even the broker sees the connection
+            if any(link.mode == CUT for link in links) or writer.is_closing():
                 return
             try:
                 up_reader, up_writer = await asyncio.wait_for(
@@ -221,9 +261,9 @@ class KafkaProxy:
             conn.writers.append(up_writer)
             pending: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version)
             pumps = [
-                asyncio.ensure_future(self._pump(reader, up_writer, link, self._track(pending))),
+                asyncio.ensure_future(self._pump(reader, up_writer, links, self._track(pending))),
                 asyncio.ensure_future(
-                    self._pump(up_reader, writer, link, self._rewrite(client, pending))
+                    self._pump(up_reader, writer, links, self._rewrite(client, pending))
                 ),
             ]
             try:
@@ -233,7 +273,8 @@ class KafkaProxy:
                     pump.cancel()
                 await asyncio.gather(*pumps, return_exceptions=True)
         finally:
-            link.connections.discard(conn)
+            for link in links:
+                link.connections.discard(conn)
             conn.reset()
 
     def _track(
@@ -275,13 +316,13 @@ class KafkaProxy:
         self,
         source: asyncio.StreamReader,
         sink: asyncio.StreamWriter,
-        link: Link,
+        links: tuple[Link, ...],
         transform: Callable[[bytes], Coroutine[Any, Any, bytes]],
     ) -> None:
         """Forward whole frames; a second task writes them, so that a delay is a latency
         (frames in flight together arrive together), not a throughput cap."""
         queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
-        writer = asyncio.ensure_future(self._drain(queue, sink, link))
+        writer = asyncio.ensure_future(self._drain(queue, sink, links))
         loop = asyncio.get_running_loop()
         try:
             while True:
@@ -305,7 +346,7 @@ class KafkaProxy:
         self,
         queue: asyncio.Queue[tuple[float, bytes] | None],
         sink: asyncio.StreamWriter,
-        link: Link,
+        links: tuple[Link, ...],
     ) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -313,10 +354,10 @@ class KafkaProxy:
             if item is None:
                 return
             arrived, frame = item
-            while not link.healed.is_set():
-                await link.healed.wait()
-            if link.mode == DELAY and link.delay > 0:
-                await asyncio.sleep(max(0.0, arrived + link.delay - loop.time()))
+            await _wait_healed(links)
+            latency = _latency(links)
+            if latency > 0:
+                await asyncio.sleep(max(0.0, arrived + latency - loop.time()))
             sink.write(frame)
             await sink.drain()
             self.stats.frames += 1

@@ -76,6 +76,8 @@ def faults_table(run: VerifyRun) -> Table:
             table.add_row(kind, str(run.faults_injected.get(kind, 0)))
             if kind == "kill" and "target_kills" in run.details:
                 table.add_row("  of which the target broker", str(run.details["target_kills"]))
+    for role, count in run.details.get("node_faults", {}).items():
+        table.add_row(f"  node chosen as {role}", str(count))
     exits = run.details.get("broker_exits")
     if exits:
         table.add_row("broker halts (restarted)", str(exits))
@@ -108,6 +110,16 @@ def examples_table(run: VerifyRun) -> Table | None:
     return table
 
 
+def target(run: VerifyRun) -> str:
+    """What was verified: embedded, apache-kafka <version> x<nodes>, or the bootstrap list."""
+    if run.options.embedded:
+        return "embedded"
+    kafka = run.details.get("apache_kafka")
+    if kafka is not None:
+        return f"apache-kafka {kafka['version']} x{kafka['nodes']}"
+    return str(run.options.bootstrap)
+
+
 def summary(run: VerifyRun) -> dict[str, Any]:
     """The figures of the run, without the anomalies themselves (one line of JSON)."""
     return {
@@ -115,7 +127,7 @@ def summary(run: VerifyRun) -> dict[str, Any]:
         "ok": run.ok,
         "seed": run.options.seed,
         "workload": run.options.workload,
-        "target": "embedded" if run.options.embedded else run.options.bootstrap,
+        "target": target(run),
         "duration_s": run.options.duration_s,
         "elapsed_s": round(run.elapsed_s, 1),
         "faults_requested": list(run.options.faults),
@@ -129,6 +141,7 @@ def summary(run: VerifyRun) -> dict[str, Any]:
             else {}
         ),
         **{k: run.details[k] for k in MIRROR_FIGURES if k in run.details},
+        **({"node_faults": run.details["node_faults"]} if "node_faults" in run.details else {}),
         "errors": run.errors,
     }
 
