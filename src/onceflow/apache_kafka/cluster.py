@@ -47,6 +47,10 @@ QUICK_START_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 START_TIMEOUT_S = 120.0
 POLL_S = 0.2
 T = TypeVar("T")
+# The listener a cluster made with sasl_mechanisms adds beside PLAINTEXT (which stays the
+# inter-broker and controller listener, so the helper's own look-ups need no credentials).
+SASL_LISTENER = "SASL_PLAINTEXT"
+SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
 
 LOG4J2 = """\
 status = error
@@ -134,10 +138,17 @@ class KafkaNode:
     directory: Path
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    sasl_port: int | None = None
 
     @property
     def address(self) -> str:
         return f"{HOST}:{self.broker_port}"
+
+    @property
+    def sasl_address(self) -> str:
+        if self.sasl_port is None:
+            raise KafkaClusterError(f"node {self.node_id} has no {SASL_LISTENER} listener")
+        return f"{HOST}:{self.sasl_port}"
 
     @property
     def config_file(self) -> Path:
@@ -186,7 +197,11 @@ class KafkaCluster:
         settings: Mapping[str, str] | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
         jvm_options: Sequence[str] = QUICK_START_JVM_OPTIONS,
+        sasl_mechanisms: Sequence[str] = (),
     ) -> None:
+        """`sasl_mechanisms` (SCRAM-SHA-256, SCRAM-SHA-512): each node also listens on
+        SASL_PLAINTEXT with them (`sasl_bootstrap_servers`), its users made at runtime
+        (AlterUserScramCredentials); an authorizer and super.users are `settings`."""
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
         self.directory = Path(directory)
@@ -202,6 +217,13 @@ class KafkaCluster:
             i: KafkaNode(i, ports[2 * (i - 1)], ports[2 * i - 1], self.directory / f"node-{i}")
             for i in range(1, nodes + 1)
         }
+        self.sasl_mechanisms = tuple(m.upper() for m in sasl_mechanisms)
+        unknown = set(self.sasl_mechanisms) - {"SCRAM-SHA-256", "SCRAM-SHA-512"}
+        if unknown:
+            raise ValueError(f"SASL mechanisms {sorted(unknown)}: only SCRAM is set up")
+        if self.sasl_mechanisms:
+            for node, port in zip(self.nodes.values(), free_ports(nodes), strict=True):
+                node.sasl_port = port
         self._formatted = False
         self._client: KafkaClient | None = None
         self._lock = threading.Lock()
@@ -211,6 +233,11 @@ class KafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(n.address for n in self.nodes.values())
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The SASL_PLAINTEXT listeners (a cluster made with sasl_mechanisms)."""
+        return ",".join(n.sasl_address for n in self.nodes.values())
 
     def node(self, node_id: int) -> KafkaNode:
         try:
@@ -233,7 +260,27 @@ class KafkaCluster:
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(node.directory / "data"),
         }
+        if self.sasl_mechanisms:
+            base.update(self._sasl_properties(node))
         return "".join(f"{k}={v}\n" for k, v in {**base, **self.settings}.items())
+
+    def _sasl_properties(self, node: KafkaNode) -> dict[str, str]:
+        listener = SASL_LISTENER.lower()
+        properties = {
+            "listeners": f"PLAINTEXT://{node.address},{SASL_LISTENER}://{node.sasl_address},"
+            f"CONTROLLER://{HOST}:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{node.address},"
+            f"{SASL_LISTENER}://{node.sasl_address}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+            f"{SASL_LISTENER}:{SASL_LISTENER}",
+            "sasl.enabled.mechanisms": ",".join(self.sasl_mechanisms),
+        }
+        # SCRAM needs its login module declared per listener; users are added at runtime.
+        for mechanism in self.sasl_mechanisms:
+            properties[f"listener.name.{listener}.{mechanism.lower()}.sasl.jaas.config"] = (
+                SCRAM_LOGIN
+            )
+        return properties
 
     def _java(
         self, main: str, *args: str, heap: str, node: KafkaNode, options: Sequence[str]

@@ -147,16 +147,23 @@ def validate_topic_name(name: str) -> None:
 
 
 def check_legal_topic_name(name: str) -> None:
-    """Kafka's Topic.validate: what any topic name, internal ones included, must be."""
-    if not name or name in (".", ".."):
-        raise InvalidTopicError(f"topic name {name!r} is illegal")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidTopicError(f"topic name is longer than {MAX_NAME_LENGTH} characters")
+    """Kafka's Topic.validate: what any topic name, internal ones included, must be (with
+    Kafka's messages, which tools and clients show as they are)."""
+    reason = None
+    if not name:
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name) > MAX_NAME_LENGTH:
+        reason = f"the length of '{name}' is longer than the max allowed length {MAX_NAME_LENGTH}"
     # fullmatch: with match and `$`, "ok\n" passed (`$` matches before a final newline).
-    if not _LEGAL_NAME.fullmatch(name):
-        raise InvalidTopicError(
-            f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_', '-'"
+    elif not _LEGAL_NAME.fullmatch(name):
+        reason = (
+            f"'{name}' contains one or more characters other than ASCII alphanumerics, "
+            "'.', '_' and '-'"
         )
+    if reason is not None:
+        raise InvalidTopicError(f"Topic name is invalid: {reason}")
 
 
 def collision_key(name: str) -> str:

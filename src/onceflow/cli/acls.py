@@ -414,12 +414,12 @@ def _remove(session: AdminSession, wanted: ResourceAcls, force: bool) -> None:
         for resource, entries in confirmed
         for entry in (sorted(entries) or [None])
     ]
-    removed = 0
+    removed: set[AclBinding] = set()
     for future in session.admin.delete_acls(filters).values():
-        for deleted in _answer(future, "Removing ACLs"):
-            binding = _from_confluent(deleted)
-            typer.echo(f"Removed ACL {binding.entry} on {binding.pattern}.")
-            removed += 1
+        removed.update(_from_confluent(deleted) for deleted in _answer(future, "Removing ACLs"))
+    # Sorted as list prints them: Kafka answers in its own (hash) order, onceflow in another.
+    for binding in sorted(removed):
+        typer.echo(f"Removed ACL {binding.entry} on {binding.pattern}.")
     if not removed:
         note("No ACL matched.")
 

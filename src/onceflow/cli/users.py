@@ -128,7 +128,8 @@ def list_users(
             for info in description.scram_credential_infos:
                 rows.append((user, _mechanism_name(info.mechanism), info.iterations))
     table = result_table("USER", "MECHANISM", "ITERATIONS", right_from=2)
-    for user, mechanism, iterations in rows:
+    # Sorted: Kafka answers a user's mechanisms in its own order (SHA-512 first), onceflow not.
+    for user, mechanism, iterations in sorted(rows):
         table.add_row(user, mechanism, str(iterations))
     stdout_console().print(table)
 

@@ -121,7 +121,7 @@ def describe(store: CredentialStore, users: list[str] | None) -> list[UserResult
                 UserResult(
                     user,
                     ErrorCode.resource_not_found,
-                    "Attempt to describe a user credential that does not exist",
+                    f"Attempt to describe a user credential that does not exist: {user}",
                 )
             )
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import ipaddress
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -35,6 +36,21 @@ def _ms(value: Any, default: int = -1) -> int:
     if value is None:
         return default
     return int(value.total_seconds() * 1000)
+
+
+def member_host(client_host: str) -> str:
+    """A member's host as Kafka reports it: Java's InetAddress.toString() of the client's
+    address, without a reverse look-up ("/127.0.0.1"; IPv6 groups unabbreviated, as Java
+    prints them; an IPv4-mapped IPv6 address as the IPv4 one, as Java makes it)."""
+    try:
+        address = ipaddress.ip_address(client_host.split("%", 1)[0])
+    except ValueError:
+        return f"/{client_host}"
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        return "/" + ":".join(f"{int(group, 16):x}" for group in address.exploded.split(":"))
+    return f"/{address}"
 
 
 def _refused(request: Request) -> Any | None:
@@ -84,7 +100,7 @@ def handle_join_group(ctx: GroupsContext, request: Request) -> Any:
         group_instance_id=getattr(req, "group_instance_id", None),
         reason=getattr(req, "reason", None),
         client_id=request.client_id or "",
-        client_host=request.client_host,
+        client_host=member_host(request.client_host),
         require_known_member_id=version >= 4,
         supports_skip_assignment=version >= 9,
     )

@@ -98,8 +98,11 @@ def _partition_count(ctx: AdminContext, topic: Any) -> int:
             "Replication factor must be larger than 0, or -1 to use the default value."
         )
     if topic.replication_factor not in (-1, 1):
+        # KRaft's message (ReplicationControlManager around StripedReplicaPlacer's).
         raise InvalidReplicationError(
-            f"Replication factor: {topic.replication_factor} larger than available brokers: 1."
+            f"Unable to replicate the partition {topic.replication_factor} time(s): The target "
+            f"replication factor of {topic.replication_factor} cannot be reached because only "
+            "1 broker(s) are registered."
         )
     return ctx.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
 
