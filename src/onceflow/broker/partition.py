@@ -77,8 +77,10 @@ class Partition:
         config: LogConfig,
         clock: Clock,
         producer_id_expiration_ms: int,
+        *,
+        sync_parent: bool = True,
     ) -> Partition:
-        partition_log = PartitionLog.open(directory, config, clock)
+        partition_log = PartitionLog.open(directory, config, clock, sync_parent=sync_parent)
         producers = _load_snapshot(
             directory, partition_log.log_end_offset, clock, producer_id_expiration_ms
         )
