@@ -37,7 +37,8 @@ from onceflow.broker.partition import Partition
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.clock import Clock
 from onceflow.log.config import LogConfig
-from onceflow.log.errors import LogError
+from onceflow.log.errors import LogError, LogStorageError
+from onceflow.log.sync_barrier import SyncBarrier
 
 log = logging.getLogger(__name__)
 
@@ -229,8 +230,13 @@ class TopicRegistry:
             for topic, meta in zip(topics, stored.values(), strict=True)
             for index in range(meta["partitions"])
         ]
-        opened = self._each(lambda w: self._open_partition(w[0].name, w[1], w[2]), wanted)
+        # The fsyncs the opening owes are made together, before anything is served.
+        barrier = SyncBarrier()
+        opened = self._each(
+            lambda w: self._open_partition(w[0].name, w[1], w[2], barrier=barrier), wanted
+        )
         _raise_first(opened)
+        barrier.sync()
         for (topic, _, _), partition in zip(wanted, opened, strict=True):
             topic.partitions.append(cast(Partition, partition))
         for topic in topics:
@@ -245,7 +251,14 @@ class TopicRegistry:
             self._worker = None
         partitions = [p for topic in self._topics.values() for p in topic.partitions]
         # Every partition is closed (and marked clean) even if one fails; then that one raises.
-        _raise_first(self._each(lambda p: p.close(), partitions))
+        # The clean-shutdown markers, each written once its log is durable, are synced at once.
+        barrier = SyncBarrier()
+        closed = self._each(lambda p: p.close(barrier), partitions)
+        try:
+            barrier.sync()
+        except OSError as e:
+            raise LogStorageError(f"syncing the clean-shutdown markers failed: {e}") from e
+        _raise_first(closed)
 
     def _each(self, fn: Callable[[T], R], items: list[T]) -> list[R | BaseException]:
         """`fn` of each item on num.recovery.threads.per.data.dir threads: each result, or
@@ -257,7 +270,13 @@ class TopicRegistry:
             return list(pool.map(lambda item: _result_or_error(fn, item), items))
 
     def _open_partition(
-        self, name: str, index: int, log_config: LogConfig, *, sync_parent: bool = True
+        self,
+        name: str,
+        index: int,
+        log_config: LogConfig,
+        *,
+        sync_parent: bool = True,
+        barrier: SyncBarrier | None = None,
     ) -> Partition:
         return Partition.open(
             name,
@@ -267,6 +286,7 @@ class TopicRegistry:
             self.clock,
             self.config.producer_id_expiration_ms,
             sync_parent=sync_parent,
+            barrier=barrier,
         )
 
     def _payload(self) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from onceflow.log.recovery import (
 from onceflow.log.recovery_point import RecoveryPointFile
 from onceflow.log.segment import Segment
 from onceflow.log.swap import Crash, no_crash, swap_in
+from onceflow.log.sync_barrier import SyncBarrier
 from onceflow.records.batch import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
@@ -139,11 +140,15 @@ class PartitionLog:
         clock: Clock = system_clock,
         *,
         sync_parent: bool = True,
+        barrier: SyncBarrier | None = None,
     ) -> PartitionLog:
         """Open (creating it if new) and, after an unclean stop, recover the log.
 
         `sync_parent=False`: the caller fsyncs the parent directory itself once it has made
-        many new logs (CreateTopics), before it records them anywhere."""
+        many new logs (CreateTopics), before it records them anywhere. With a `barrier`, the
+        fsyncs nothing else here waits for (the recovered active segment's log, the removed
+        clean-shutdown marker) are owed to it: the caller syncs it before serving or appending.
+        """
         directory = Path(directory)
         is_new = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
@@ -157,12 +162,14 @@ class PartitionLog:
             # them), so only its log is synced: 1 fsync a partition instead of 4 after kill -9.
             rolled_recovered = False
             for segment in loaded.recovered:
-                if segment is segments[-1]:
-                    segment.log_file.fsync()
-                else:
+                if segment is not segments[-1]:
                     _sync_segment(segment)
                     segment.close_index_files()
                     rolled_recovered = True
+                elif barrier is None:
+                    segment.log_file.fsync()
+                else:
+                    barrier.defer(segment.log_file)
             if is_new and sync_parent:
                 fsync_dir(directory.parent)
             # A new log's own directory is synced by its first flush, with its first records
@@ -176,7 +183,7 @@ class PartitionLog:
             if stored > active_base or (stored < active_base and len(segments) > 1):
                 recovery_point_file.store(active_base, dir_file)
             if loaded.clean:
-                remove_clean_shutdown_marker(directory, dir_file)
+                remove_clean_shutdown_marker(directory, dir_file, barrier)
         except BaseException:
             for segment in segments:
                 segment.close()
@@ -186,9 +193,9 @@ class PartitionLog:
         log._new_dir_unsynced = is_new  # its segment files' entries are not durable yet
         return log
 
-    def close(self) -> None:
+    def close(self, barrier: SyncBarrier | None = None) -> None:
         """Clean shutdown: flush everything, then leave the marker that lets open() skip
-        the recovery scan."""
+        the recovery scan (durable at once, or when the caller syncs `barrier`)."""
         if self._closed:
             return
         try:
@@ -197,7 +204,7 @@ class PartitionLog:
             if ticket is not None:
                 ticket.run()
                 self.complete_flush(ticket)
-            write_clean_shutdown_marker(self.directory, self._dir_file)
+            write_clean_shutdown_marker(self.directory, self._dir_file, barrier)
         except OSError as exc:
             raise LogStorageError(f"clean close of {self.directory} failed: {exc}") from exc
         finally:
