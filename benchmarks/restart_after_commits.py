@@ -16,18 +16,14 @@ MiB): only rolled segments are cleaned, so a restart still replays the active se
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from kio.serial import entity_writer
 from tests.admin_requests import fetch_committed_offset
-from tests.broker.offset_commits import offset_commit_request
+from tests.broker.offset_commits import commit_many as commit_pipelined
 from tests.confluent import create_topic
 
 from onceflow.broker.embedded import EmbeddedBroker
@@ -38,53 +34,24 @@ from onceflow.txn.coordinator import OFFSETS_TOPIC
 GROUPS = 4
 PARTITIONS = 4
 TOPIC = "bench"
-WINDOW = 256  # requests in flight per connection
 OFFSETS_DIR = f"{OFFSETS_TOPIC}-0"
 
 
-def frame(request: object, correlation_id: int) -> bytes:
-    header_cls = request.__header_schema__  # type: ignore[attr-defined]
-    header = header_cls(
-        request_api_key=request.__api_key__,  # type: ignore[attr-defined]
-        request_api_version=request.__version__,  # type: ignore[attr-defined]
-        correlation_id=correlation_id,
-        client_id="bench",
-    )
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header)
-    entity_writer(type(request))(buf, request)
-    return struct.pack(">i", buf.tell()) + buf.getvalue()
-
-
-def read_exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("broker closed the connection")
-        out += chunk
-    return bytes(out)
-
-
 def commit_many(bootstrap: str, group: str, commits: int) -> None:
-    """`commits` OffsetCommit requests of every partition, WINDOW in flight at a time.
-    (Responses are counted, not parsed: the committed offsets are checked after the restart.)"""
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port))) as sock:
-        sent = received = 0
-        while received < commits:
-            batch = bytearray()
-            while sent < commits and sent - received < WINDOW:
-                request = offset_commit_request(
-                    group, TOPIC, dict.fromkeys(range(PARTITIONS), sent)
-                )
-                batch += frame(request, sent)
-                sent += 1
-            sock.sendall(batch)
-            while received < sent and (sent == commits or sent - received >= WINDOW // 2):
-                size = struct.unpack(">i", read_exact(sock, 4))[0]
-                read_exact(sock, size)
-                received += 1
+    """`commits` OffsetCommit requests of every partition, pipelined on one connection."""
+    commit_pipelined(bootstrap, group, commits, TOPIC, PARTITIONS)
+
+
+def _committed_once_loaded(bootstrap: str, tp: tuple[str, int]) -> tuple[object, int]:
+    """g0's committed offset, asked again while __consumer_offsets is still loading."""
+    deadline = time.monotonic() + 600
+    while True:
+        try:
+            return fetch_committed_offset(bootstrap, "g0", tp, False)
+        except AssertionError:  # COORDINATOR_LOAD_IN_PROGRESS
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def records_and_size(directory: Path) -> tuple[int, int]:
@@ -146,7 +113,7 @@ def run(commits: int, segment_bytes: int, compact: bool) -> None:
             )
             # the last commit of every partition of one group, as written
             for p in range(PARTITIONS):
-                found = fetch_committed_offset(broker.bootstrap, "g0", (TOPIC, p), False)
+                found = _committed_once_loaded(broker.bootstrap, (TOPIC, p))
                 assert found[1] == per_group - 1, (p, found)
         finally:
             broker.kill()

@@ -64,6 +64,7 @@ def test_cleaner_settings_are_read_from_kafka_names():
         ({"log.cleaner.max.compaction.lag.ms": 0}, "below the minimum"),
         ({"offsets.topic.segment.bytes": 13}, "below the minimum"),
         ({"transaction.state.log.segment.bytes": 0}, "below the minimum"),
+        ({"num.recovery.threads.per.data.dir": 0}, "below the minimum"),
     ],
 )
 def test_cleaner_settings_outside_kafkas_ranges_are_refused(settings, message):

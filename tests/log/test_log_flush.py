@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from log_batches import batches, make_batch, stored
 
+from onceflow.log import file_handles
 from onceflow.log import flush as flush_module
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogStorageError
@@ -42,6 +43,28 @@ def test_prepare_flush_is_none_until_something_is_dirty(open_log):
     flush(log)
     assert log.flushed_offset == 4
     assert log.prepare_flush() is None
+
+
+def test_a_new_logs_directory_is_synced_by_its_first_flush(open_log, monkeypatch):
+    """open() of a new log syncs no directory of its own (CreateTopics of 10,000 partitions):
+    the first flush, which makes its first records durable, syncs the directory with them."""
+    synced: list[object] = []
+    log = open_log(CONFIG)
+    directory = log.directory
+    original = file_handles.FileHandleCache.fsync
+
+    def recording(cache, handle, sync=None):
+        synced.append(handle.path)
+        return original(cache, handle, sync)
+
+    monkeypatch.setattr(file_handles.FileHandleCache, "fsync", recording)
+    append_one(log)
+    flush(log)
+    assert directory in synced, synced
+    synced.clear()
+    append_one(log)
+    flush(log)
+    assert directory not in synced, synced  # once is enough
 
 
 def test_a_roll_makes_the_next_ticket_advance_the_recovery_point(open_log):

@@ -82,6 +82,11 @@ class BrokerConfig:
         "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000
     )
     producer_id_expiration_ms: int = _kafka("producer.id.expiration.ms", 86_400_000)
+    # Threads that open (recover), create and close partition logs at start, CreateTopics and
+    # stop. Kafka's default is 2 (4.0): its threads also do the CPU work; ours mostly wait on
+    # fsync (the GIL holds the CPU part to one core), and fsyncs in flight together share
+    # the disk's journal commits, so more of them pay: see README, Limits.
+    num_recovery_threads_per_data_dir: int = _kafka("num.recovery.threads.per.data.dir", 2)
     # Connections and the memory a client can hold (see broker/connection.py).
     fetch_max_bytes: int = _kafka("fetch.max.bytes", 57_671_680)
     connections_max_idle_ms: int = _kafka("connections.max.idle.ms", 600_000)
@@ -237,6 +242,7 @@ def _check_cleaner_settings(config: BrokerConfig) -> None:
         # Kafka: at least 1, then the segment.bytes they become must be at least 14
         "offsets.topic.segment.bytes": (config.offsets_topic_segment_bytes, 14),
         "transaction.state.log.segment.bytes": (config.transaction_state_log_segment_bytes, 14),
+        "num.recovery.threads.per.data.dir": (config.num_recovery_threads_per_data_dir, 1),
     }
     for name, (value, minimum) in at_least.items():
         if value < minimum:

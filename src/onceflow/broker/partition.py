@@ -31,6 +31,7 @@ from onceflow.log.full_disk import check_space
 from onceflow.log.partition_log import PartitionLog
 from onceflow.log.segment import Segment
 from onceflow.log.swap import Crash, no_crash
+from onceflow.log.sync_barrier import SyncBarrier
 from onceflow.records.batch import BatchHeader, iter_batches
 from onceflow.records.control import ControlType, build_marker, parse_control_record
 from onceflow.records.decompression import DEFAULT_MAX_DECOMPRESSED_BYTES
@@ -77,8 +78,13 @@ class Partition:
         config: LogConfig,
         clock: Clock,
         producer_id_expiration_ms: int,
+        *,
+        sync_parent: bool = True,
+        barrier: SyncBarrier | None = None,
     ) -> Partition:
-        partition_log = PartitionLog.open(directory, config, clock)
+        partition_log = PartitionLog.open(
+            directory, config, clock, sync_parent=sync_parent, barrier=barrier
+        )
         producers = _load_snapshot(
             directory, partition_log.log_end_offset, clock, producer_id_expiration_ms
         )
@@ -329,10 +335,10 @@ class Partition:
             (directory / f"{old:020d}.snapshot").unlink(missing_ok=True)
         self._snapshots = self._snapshots[-SNAPSHOTS_KEPT:]
 
-    def close(self) -> None:
+    def close(self, barrier: SyncBarrier | None = None) -> None:
         self.write_snapshot()
         self.aborted.close()
-        self.log.close()
+        self.log.close(barrier)
 
     def delete(self) -> None:
         self.aborted.close()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import logging
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -45,6 +47,7 @@ from onceflow.broker.storage_failure import halt, halt_on_storage_error
 from onceflow.broker.topics import TopicRegistry
 from onceflow.broker.transactions import Transactions
 from onceflow.clock import Clock, system_clock
+from onceflow.coordinator_runtime import replay_offsets_batch
 from onceflow.groups.config import GroupCoordinatorConfig
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.log.errors import LogClosedError
@@ -52,6 +55,7 @@ from onceflow.log.file_handles import capacity_for_limit, raise_open_files_limit
 from onceflow.log.file_handles import configure as configure_file_handles
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.messages import Request
+from onceflow.records.record import DecodedBatch
 from onceflow.security.broker_security import BrokerSecurity
 from onceflow.security.listeners import Listener
 from onceflow.txn.coordinator import OFFSETS_TOPIC
@@ -65,6 +69,10 @@ _connection_log = RateLimitedLog(log)
 _ACCEPT_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 ACCEPT_RETRY_DELAY = 1.0
 ACCEPT_BATCH = 256  # connections accepted per turn of the event loop, at most
+# Replaying __consumer_offsets: this long before listening (a small log is loaded before the
+# first client connects, as before), then slices this long between turns of the event loop.
+OFFSETS_LOAD_BEFORE_LISTEN_S = 0.5
+OFFSETS_LOAD_SLICE_S = 0.02
 
 
 class HandlerCrashError(ProtocolError):
@@ -101,6 +109,7 @@ class Broker:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._connections: set[Connection] = set()
         self._stopping = False
+        self._offsets_load: asyncio.Task[None] | None = None
         # Exceptions each background loop recovered from, by loop name (for tests and logs).
         self.background_errors: dict[str, int] = {}
         self.quotas = ConnectionQuotas(
@@ -154,8 +163,13 @@ class Broker:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Listen once the topics and the transaction log are loaded; `__consumer_offsets` may
+        still be loading then (group requests answer COORDINATOR_LOAD_IN_PROGRESS meanwhile,
+        as Kafka's): what needs the groups' state starts after it (_start_coordinators)."""
         self.topics.load()
-        self._load_offsets()
+        self.groups.begin_loading()
+        batches = self._offsets_batches()
+        loaded = _replay_for(batches, self.groups, OFFSETS_LOAD_BEFORE_LISTEN_S)
         self.transactions.load()
         loop = asyncio.get_running_loop()
         for listener in self.security.listeners:
@@ -166,6 +180,17 @@ class Broker:
             self.bound_ports[listener.name] = sock.getsockname()[1]
             self._acceptors.append(loop.create_task(self._accept(sock, listener)))
         self.node.port = self.bound_ports[self.security.listeners[0].name]
+        if loaded:
+            self._start_coordinators()
+        else:
+            self._offsets_load = loop.create_task(self._load_offsets_later(batches))
+            self._offsets_load.add_done_callback(self._offsets_load_ended)
+
+    def _start_coordinators(self) -> None:
+        """With the offsets loaded: the group requests, the timers and the background tasks
+        that read or write the groups' state, and the in-doubt transactions' markers (which
+        may settle offsets)."""
+        self.groups.complete_loading()
         self._spawn(
             "retention",
             self._every("retention", self._retention_delay, self._retention_tick),
@@ -188,8 +213,26 @@ class Broker:
         )
         self.transactions.complete_in_doubt()
 
+    async def _load_offsets_later(self, batches: Iterator[DecodedBatch]) -> None:
+        started = time.monotonic()
+        while not _replay_for(batches, self.groups, OFFSETS_LOAD_SLICE_S):
+            await asyncio.sleep(0)  # other clients are served between slices
+        log.info("loaded %s in %.1fs after listening", OFFSETS_TOPIC, time.monotonic() - started)
+        self._start_coordinators()
+
+    def _offsets_load_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or self._stopping:
+            return
+        error = task.exception()
+        if error is not None:
+            log.critical("loading %s failed: %r", OFFSETS_TOPIC, error, exc_info=error)
+            halt(error)
+
     async def stop(self) -> None:
         self._stopping = True
+        if self._offsets_load is not None:
+            self._offsets_load.cancel()
+            await asyncio.gather(self._offsets_load, return_exceptions=True)
         for acceptor in [*self._acceptors, *self._handshakes]:
             acceptor.cancel()
         await asyncio.gather(*self._acceptors, *self._handshakes, return_exceptions=True)
@@ -383,9 +426,13 @@ class Broker:
 
     # -- group offsets ----------------------------------------------------------------------
 
-    def _load_offsets(self) -> None:
-        """Replay the offsets log (compacted by the log cleaner while the broker runs)."""
-        self.transactions.runtime.load_offsets(self.offsets_log.batches())
+    def _offsets_batches(self) -> Iterator[DecodedBatch]:
+        """The offsets log (compacted by the log cleaner while the broker runs) up to its end
+        now: nothing is appended to it until the load is over (group requests are refused)."""
+        end = self.offsets_log.log.log_end_offset
+        return itertools.takewhile(
+            lambda batch: batch.header.base_offset < end, self.offsets_log.batches()
+        )
 
     def write_offsets_records(
         self,
@@ -488,6 +535,16 @@ class Broker:
         halt_on_storage_error(e)
         log.exception("API %d v%d handler failed", request.api_key, request.api_version)
         return HandlerCrashError(f"handler failed: {e!r}")
+
+
+def _replay_for(batches: Iterator[DecodedBatch], groups: GroupCoordinator, seconds: float) -> bool:
+    """Replay offsets batches for about `seconds`; True once there are none left."""
+    deadline = time.monotonic() + seconds
+    for batch in batches:
+        replay_offsets_batch(groups, batch)
+        if time.monotonic() >= deadline:
+            return False
+    return True
 
 
 def _handshake_timeout(config: BrokerConfig) -> float:

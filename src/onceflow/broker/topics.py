@@ -10,6 +10,10 @@ the journal names are removed. Nothing else in the data directory is ever delete
 Changes run one at a time (in arrival order) and their file work (directories, segment files,
 fsyncs, the topics.json writes) runs on a worker thread, so a request for 10,000 partitions
 never stalls the event loop; the new topics are registered on the loop once durable.
+
+Opening (recovering), creating and closing many partitions is file work that mostly waits on
+fsync: it runs on `num.recovery.threads.per.data.dir` threads, as Kafka recovers and closes its
+logs, so the fsyncs of different partitions are in flight together.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.faults import crash_point, raise_point
@@ -33,7 +37,8 @@ from onceflow.broker.partition import Partition
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.clock import Clock
 from onceflow.log.config import LogConfig
-from onceflow.log.errors import LogError
+from onceflow.log.errors import LogError, LogStorageError
+from onceflow.log.sync_barrier import SyncBarrier
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,7 @@ _BROKER_TO_TOPIC = {
 ConfigUpdate = Callable[[dict[str, str]], dict[str, str]]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class TopicError(Exception):
@@ -225,11 +231,22 @@ class TopicRegistry:
         # A change cut short by a crash: its directories go, its topics.json never named them.
         journal = [d for d in state.get("pending_removal", []) if d not in known]
         self._pending_removal = _remove_dirs(self.data_dir, journal)
-        for name, meta in stored.items():
-            topic = Topic(name, uuid.UUID(meta["id"]), dict(meta["configs"]), [])
-            log_config = self.log_config(topic.configs)
-            for index in range(meta["partitions"]):
-                topic.partitions.append(self._open_partition(name, index, log_config))
+        topics = [Topic(n, uuid.UUID(m["id"]), dict(m["configs"]), []) for n, m in stored.items()]
+        wanted = [
+            (topic, index, self.log_config(topic.configs))
+            for topic, meta in zip(topics, stored.values(), strict=True)
+            for index in range(meta["partitions"])
+        ]
+        # The fsyncs the opening owes are made together, before anything is served.
+        barrier = SyncBarrier()
+        opened = self._each(
+            lambda w: self._open_partition(w[0].name, w[1], w[2], barrier=barrier), wanted
+        )
+        _raise_first(opened)
+        barrier.sync()
+        for (topic, _, _), partition in zip(wanted, opened, strict=True):
+            topic.partitions.append(cast(Partition, partition))
+        for topic in topics:
             self._add(topic)
         if journal:
             self._write_state(self._payload(), sorted(self._pending_removal))
@@ -239,11 +256,35 @@ class TopicRegistry:
             # A change still on the worker finishes its file work; it is recorded or journaled.
             self._worker.shutdown(wait=True)
             self._worker = None
-        for topic in self._topics.values():
-            for partition in topic.partitions:
-                partition.close()
+        partitions = [p for topic in self._topics.values() for p in topic.partitions]
+        # Every partition is closed (and marked clean) even if one fails; then that one raises.
+        # The clean-shutdown markers, each written once its log is durable, are synced at once.
+        barrier = SyncBarrier()
+        closed = self._each(lambda p: p.close(barrier), partitions)
+        try:
+            barrier.sync()
+        except OSError as e:
+            raise LogStorageError(f"syncing the clean-shutdown markers failed: {e}") from e
+        _raise_first(closed)
 
-    def _open_partition(self, name: str, index: int, log_config: LogConfig) -> Partition:
+    def _each(self, fn: Callable[[T], R], items: list[T]) -> list[R | BaseException]:
+        """`fn` of each item on num.recovery.threads.per.data.dir threads: each result, or
+        the exception it raised, in order."""
+        threads = min(self.config.num_recovery_threads_per_data_dir, len(items))
+        if threads <= 1:
+            return [_result_or_error(fn, item) for item in items]
+        with ThreadPoolExecutor(threads, thread_name_prefix="log-recovery") as pool:
+            return list(pool.map(lambda item: _result_or_error(fn, item), items))
+
+    def _open_partition(
+        self,
+        name: str,
+        index: int,
+        log_config: LogConfig,
+        *,
+        sync_parent: bool = True,
+        barrier: SyncBarrier | None = None,
+    ) -> Partition:
         return Partition.open(
             name,
             index,
@@ -251,6 +292,8 @@ class TopicRegistry:
             log_config,
             self.clock,
             self.config.producer_id_expiration_ms,
+            sync_parent=sync_parent,
+            barrier=barrier,
         )
 
     def _payload(self) -> dict[str, Any]:
@@ -505,14 +548,22 @@ class TopicRegistry:
                 plan.error = TopicStorageError(f"cannot create topic {plan.name!r}: {e}")
             return
         for plan in todo:
-            try:
-                for index in range(plan.first, plan.total):
-                    raise_point("topics.open-partition")
-                    plan.opened.append(self._open_partition(plan.name, index, plan.log_config))
-            except (OSError, LogError) as e:
-                log.warning("creating partitions of %r failed, rolling back: %s", plan.name, e)
-                plan.error = TopicStorageError(f"creating topic {plan.name!r} failed: {e}")
+
+            def make(index: int, plan: _Plan = plan) -> Partition:
+                raise_point("topics.open-partition")
+                # The data directory is synced once below, not once per new partition.
+                return self._open_partition(plan.name, index, plan.log_config, sync_parent=False)
+
+            made = self._each(make, list(range(plan.first, plan.total)))
+            plan.opened = [p for p in made if isinstance(p, Partition)]
+            error = next((e for e in made if isinstance(e, BaseException)), None)
+            if isinstance(error, (OSError, LogError)):
+                log.warning("creating partitions of %r failed, rolling back: %s", plan.name, error)
+                plan.error = TopicStorageError(f"creating topic {plan.name!r} failed: {error}")
                 self._roll_back(plan)
+            elif error is not None:
+                self._roll_back(plan)
+                raise error
         crash_point("topics.before-record")
         done = [p for p in todo if p.error is None]
         outcome = dict(committed)
@@ -526,6 +577,8 @@ class TopicRegistry:
         self._pending_removal |= {d for d in failed if os.path.lexists(self.data_dir / d)}
         self._pending_removal -= {d for p in done for d in p.dirs}
         try:
+            # The new directories' entries are durable before topics.json names them.
+            _fsync_dir(self.data_dir)
             self._write_state(outcome, sorted(self._pending_removal))
         except OSError as e:
             # Not recorded: the journal removes every new directory on the next start.
@@ -555,6 +608,19 @@ class TopicRegistry:
         crash_point("topics.after-delete-rename")
         self._pending_removal = _remove_dirs(self.data_dir, sorted(journal))
         self._write_state(committed, sorted(self._pending_removal))
+
+
+def _result_or_error(fn: Callable[[T], R], item: T) -> R | BaseException:
+    try:
+        return fn(item)
+    except Exception as e:
+        return e
+
+
+def _raise_first(results: list[Any]) -> None:
+    error = next((r for r in results if isinstance(r, BaseException)), None)
+    if error is not None:
+        raise error
 
 
 def _release(partition: Partition) -> None:

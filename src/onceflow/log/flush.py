@@ -39,6 +39,7 @@ class FlushTicket:
     ) -> None:
         self.offset = offset  # the log's flushed_offset once this ticket is completed
         self.dir_generation = dir_generation
+        self.syncs_directory = directory is not None
         self.finalized = tuple(finalized)  # rolled segments made wholly durable by this run
         self._files = files
         self._directory = directory

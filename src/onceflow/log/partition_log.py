@@ -38,6 +38,7 @@ from onceflow.log.recovery import (
 from onceflow.log.recovery_point import RecoveryPointFile
 from onceflow.log.segment import Segment
 from onceflow.log.swap import Crash, no_crash, swap_in
+from onceflow.log.sync_barrier import SyncBarrier
 from onceflow.records.batch import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
@@ -125,13 +126,29 @@ class PartitionLog:
         self._waived_rolled: list[Segment] = []  # rolled, sync waived (no-fsync mode)
         self._dir_generation = 0  # bumped when segment files are created or deleted
         self._dir_synced_generation = 0
+        # A new log's directory: synced by its first flush, with its first records (open()).
+        self._new_dir_unsynced = False
         self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, clock: Clock = system_clock) -> PartitionLog:
-        """Open (creating it if new) and, after an unclean stop, recover the log."""
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock = system_clock,
+        *,
+        sync_parent: bool = True,
+        barrier: SyncBarrier | None = None,
+    ) -> PartitionLog:
+        """Open (creating it if new) and, after an unclean stop, recover the log.
+
+        `sync_parent=False`: the caller fsyncs the parent directory itself once it has made
+        many new logs (CreateTopics), before it records them anywhere. With a `barrier`, the
+        fsyncs nothing else here waits for (the recovered active segment's log, the removed
+        clean-shutdown marker) are owed to it: the caller syncs it before serving or appending.
+        """
         directory = Path(directory)
         is_new = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
@@ -141,13 +158,24 @@ class PartitionLog:
             loaded = load_segments(directory, config, clock())
             segments = loaded.segments
             # Make what recovery rewrote durable before anything new is appended after it.
+            # The active segment's indexes are never trusted after a crash (recovery rebuilds
+            # them), so only its log is synced: 1 fsync a partition instead of 4 after kill -9.
+            rolled_recovered = False
             for segment in loaded.recovered:
-                _sync_segment(segment)
                 if segment is not segments[-1]:
+                    _sync_segment(segment)
                     segment.close_index_files()
-            if is_new:
+                    rolled_recovered = True
+                elif barrier is None:
+                    segment.log_file.fsync()
+                else:
+                    barrier.defer(segment.log_file)
+            if is_new and sync_parent:
                 fsync_dir(directory.parent)
-            if is_new or loaded.files_changed or loaded.recovered:
+            # A new log's own directory is synced by its first flush, with its first records
+            # (until then a crash loses only empty files, which open() makes again): a
+            # CreateTopics of 10,000 partitions then costs no fsync a partition.
+            if not is_new and (loaded.files_changed or rolled_recovered):
                 dir_file.fsync()
             stored = RecoveryPointFile.read(directory)
             recovery_point_file = RecoveryPointFile(directory, stored)
@@ -155,17 +183,19 @@ class PartitionLog:
             if stored > active_base or (stored < active_base and len(segments) > 1):
                 recovery_point_file.store(active_base, dir_file)
             if loaded.clean:
-                remove_clean_shutdown_marker(directory, dir_file)
+                remove_clean_shutdown_marker(directory, dir_file, barrier)
         except BaseException:
             for segment in segments:
                 segment.close()
             dir_file.close()
             raise
-        return cls(directory, config, clock, segments, dir_file, recovery_point_file)
+        log = cls(directory, config, clock, segments, dir_file, recovery_point_file)
+        log._new_dir_unsynced = is_new  # its segment files' entries are not durable yet
+        return log
 
-    def close(self) -> None:
+    def close(self, barrier: SyncBarrier | None = None) -> None:
         """Clean shutdown: flush everything, then leave the marker that lets open() skip
-        the recovery scan."""
+        the recovery scan (durable at once, or when the caller syncs `barrier`)."""
         if self._closed:
             return
         try:
@@ -174,7 +204,7 @@ class PartitionLog:
             if ticket is not None:
                 ticket.run()
                 self.complete_flush(ticket)
-            write_clean_shutdown_marker(self.directory, self._dir_file)
+            write_clean_shutdown_marker(self.directory, self._dir_file, barrier)
         except OSError as exc:
             raise LogStorageError(f"clean close of {self.directory} failed: {exc}") from exc
         finally:
@@ -540,7 +570,7 @@ class PartitionLog:
             files.append(active.log_file)
         if include_active_indexes:
             files.extend(active.index_files())
-        needs_dir = dir_dirty or bool(rolled)
+        needs_dir = dir_dirty or bool(rolled) or self._new_dir_unsynced
         return FlushTicket(
             offset=end,
             files=files,
@@ -564,6 +594,8 @@ class PartitionLog:
         moved = ticket.offset > self._flushed_offset
         self._flushed_offset = max(self._flushed_offset, ticket.offset)
         self._dir_synced_generation = max(self._dir_synced_generation, ticket.dir_generation)
+        if ticket.syncs_directory:
+            self._new_dir_unsynced = False
         for segment in ticket.finalized:
             if segment in self._unsynced_rolled:
                 self._unsynced_rolled.remove(segment)

@@ -103,8 +103,11 @@ class Segment:
         file = file_handles().open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         segment = cls(directory, base_offset, file, config, now, tail)
         try:
-            segment.offset_index.replace([])
-            segment.time_index.replace([])
+            # The index files are made by their first write or sync (a new partition costs
+            # one file, not three); a leftover of an earlier segment at this offset is emptied.
+            for index in (segment.offset_index, segment.time_index):
+                if os.path.lexists(index.path):
+                    index.replace([])
         except BaseException:
             # A failed roll leaves nothing behind: the log appends nothing and stays as it was.
             segment.delete_files()

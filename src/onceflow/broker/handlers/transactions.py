@@ -81,6 +81,9 @@ def handle_init_producer_id(ctx: TxnContext, request: Request) -> Any:
     req = request.body
     if (refused := _init_refused(request)) is not None:
         return _init_answer(request, InitProducerIdResponse(refused))
+    if req.transactional_id is not None and ctx.groups.coordinator.loading:
+        # Fencing may abort a transaction, whose markers settle offsets still being loaded.
+        return _init_answer(request, InitProducerIdResponse(ErrorCode.coordinator_load_in_progress))
     return _after_markers(
         ctx,
         req.transactional_id,
@@ -255,6 +258,9 @@ def handle_end_txn(ctx: TxnContext, request: Request) -> Any:
     req = request.body
     if not _may_write_txn(request, req.transactional_id):
         return _simple_answer(request, ErrorCode.transactional_id_authorization_failed)
+    if ctx.groups.coordinator.loading:
+        # Its markers settle offsets that __consumer_offsets may not have replayed yet.
+        return _simple_answer(request, ErrorCode.coordinator_load_in_progress)
     result = ctx.coordinator.end_txn(
         req.transactional_id, req.producer_id, req.producer_epoch, req.committed
     )
