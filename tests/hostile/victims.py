@@ -100,3 +100,15 @@ class Trickler:
         self._thread.join(10)
         for client in self.clients:
             client.close()
+
+
+def trickle_while_served(victims: Victims, attackers: list[WireClient], first: bytes) -> None:
+    """Attackers send `first` (a size prefix) and trickle on while the victims make ten rounds:
+    legal frames, so none is refused; they are only not waited for."""
+    victims.wait_rounds(2)
+    attack = Trickler(attackers, first)
+    try:
+        victims.wait_rounds(victims.rounds + 10)
+        assert not attack.closed
+    finally:
+        attack.stop()
