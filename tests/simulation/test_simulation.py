@@ -143,7 +143,7 @@ def _in_doubt_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _pending_offsets_look_stable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(OffsetStore, "has_pending", lambda self, group, tp: False)
+    monkeypatch.setattr(OffsetStore, "pending_partitions", lambda self, group: set())
 
 
 @pytest.mark.parametrize(
