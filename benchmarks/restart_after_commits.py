@@ -42,6 +42,21 @@ def commit_many(bootstrap: str, group: str, commits: int) -> None:
     commit_pipelined(bootstrap, group, commits, TOPIC, PARTITIONS)
 
 
+def commit_from_groups(bootstrap: str, commits: int) -> int:
+    """About `commits` offset commits, from GROUPS groups at once (a connection each); the
+    commits each group made of each partition."""
+    per_group = commits // GROUPS // PARTITIONS  # requests per group
+    threads = [
+        threading.Thread(target=commit_many, args=(bootstrap, f"g{g}", per_group))
+        for g in range(GROUPS)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return per_group
+
+
 def _committed_once_loaded(bootstrap: str, tp: tuple[str, int]) -> tuple[object, int]:
     """g0's committed offset, asked again while __consumer_offsets is still loading."""
     deadline = time.monotonic() + 600
@@ -80,16 +95,8 @@ def run(commits: int, segment_bytes: int, compact: bool) -> None:
         broker = EmbeddedBroker(data_dir, settings=settings).start()
         try:
             create_topic(broker.bootstrap, TOPIC, PARTITIONS)
-            per_group = commits // GROUPS // PARTITIONS  # requests per group
             started = time.monotonic()
-            threads = [
-                threading.Thread(target=commit_many, args=(broker.bootstrap, f"g{g}", per_group))
-                for g in range(GROUPS)
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            per_group = commit_from_groups(broker.bootstrap, commits)
             elapsed = time.monotonic() - started
             total = per_group * GROUPS * PARTITIONS
             print(f"  {total} commits in {elapsed:.1f}s", flush=True)

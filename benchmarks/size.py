@@ -48,7 +48,12 @@ from onceflow.protocol.client import BrokerConnection, KafkaClientError
 from onceflow.records.builder import build_batch
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]  # tests helpers
-from restart_after_commits import GROUPS, PARTITIONS, TOPIC, commit_many  # noqa: E402
+from restart_after_commits import (  # noqa: E402
+    GROUPS,
+    PARTITIONS,
+    TOPIC,
+    commit_from_groups,
+)
 
 TOPIC_PARTITIONS = 4_000  # partitions per topic in the restart situation
 PRODUCE_CHUNK = 1_000  # partitions per Produce request
@@ -288,16 +293,8 @@ def commits_situation(commits: int, profile: Path | None) -> None:
         try:
             broker.start(timeout=1200)
             create_topics(broker.port, {TOPIC: PARTITIONS})
-            per_group = commits // GROUPS // PARTITIONS
             started = time.monotonic()
-            threads = [
-                threading.Thread(target=commit_many, args=(broker.bootstrap, f"g{g}", per_group))
-                for g in range(GROUPS)
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            per_group = commit_from_groups(broker.bootstrap, commits)
             total = per_group * GROUPS * PARTITIONS
             print(f"  {total} commits in {time.monotonic() - started:.1f}s", flush=True)
             broker.kill()
