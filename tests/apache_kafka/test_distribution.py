@@ -12,9 +12,10 @@ from onceflow.apache_kafka import distribution
 from onceflow.apache_kafka.distribution import MissingTool
 
 
-def fake_libs(folder: Path, version: str = "9.9.9") -> Path:
+def fake_libs(folder: Path, version: str = "9.9.9", pom_digest: str | None = None) -> Path:
     folder.mkdir(parents=True)
     (folder / f"kafka_2.13-{version}.jar").write_bytes(b"")
+    (folder / distribution.POM_STAMP).write_text(pom_digest or distribution.pom_digest())
     return folder
 
 
@@ -26,7 +27,13 @@ def test_the_pom_pins_a_kafka_4_release_of_the_broker_tools_and_storage() -> Non
         d.findtext("m:artifactId", namespaces=distribution.POM_NS)
         for d in root.iterfind("m:dependencies/m:dependency", distribution.POM_NS)
     }
-    assert {"kafka_2.13", "kafka-tools", "kafka-storage", "log4j-core"} <= artifacts
+    assert {
+        "kafka_2.13",
+        "kafka-tools",
+        "kafka-storage",
+        "kafka-streams",
+        "log4j-core",
+    } <= artifacts
 
 
 def test_a_distribution_directory_or_its_libs_folder_is_accepted(tmp_path: Path) -> None:
@@ -49,6 +56,21 @@ def test_a_cached_fetch_is_used_without_maven(
     )
     assert distribution.fetch() == libs
     assert distribution.locate().libs == libs
+
+
+def test_a_fetch_from_another_pom_is_fetched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache filled before the pom gained an artifact lacks its jars: it is not used."""
+    monkeypatch.setenv(distribution.CACHE_ENV, str(tmp_path))
+    monkeypatch.delenv(distribution.LIBS_ENV, raising=False)
+    fake_libs(tmp_path / distribution.pinned_version() / "libs", pom_digest="0" * 64)
+    assert distribution.cached_libs() is None
+    monkeypatch.setattr(
+        distribution.shutil, "which", lambda name: None if name == "mvn" else f"/usr/bin/{name}"
+    )
+    with pytest.raises(MissingTool, match="mvn is not installed"):
+        distribution.locate()
 
 
 def test_without_mvn_the_error_names_mvn_and_the_way_around_it(

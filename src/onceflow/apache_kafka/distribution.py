@@ -4,11 +4,13 @@ with Maven into a cache outside git (~/.cache/onceflow/apache-kafka/<version>/li
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,6 +23,9 @@ DEFAULT_CACHE = Path.home() / ".cache" / "onceflow" / "apache-kafka"
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 # The jar whose presence says a folder is Kafka's libs/ (the broker: kafka.Kafka, StorageTool).
 BROKER_JAR = "kafka_2.13-*.jar"
+# Written into a fetched libs/: the digest of the pom it came from, so a pom that gains an
+# artifact (kafka-streams, connect-mirror) makes the next run fetch again.
+POM_STAMP = ".pom-sha256"
 FETCH_TIMEOUT_S = 1800
 
 
@@ -55,6 +60,25 @@ class Distribution:
     def classpath(self) -> str:
         return str(self.libs / "*")
 
+    def command(
+        self, main: str, *args: str, heap: str = "256m", options: Sequence[str] = ()
+    ) -> list[str]:
+        """`java ... MAIN ARGS` for one of Kafka's programs (a tool's main class, MirrorMaker,
+        a Streams application): small heap, serial GC and C1 only, as tools run short and
+        these machines have 2 cores."""
+        return [
+            require_java(),
+            f"-Xmx{heap}",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true",
+            *options,
+            "-cp",
+            self.classpath,
+            main,
+            *args,
+        ]
+
     @property
     def version(self) -> str:
         jar = next(iter(sorted(self.libs.glob(BROKER_JAR))), None)
@@ -75,9 +99,17 @@ def libs_of(directory: str | Path) -> Path:
     )
 
 
+def pom_digest() -> str:
+    return hashlib.sha256(pom_path().read_bytes()).hexdigest()
+
+
 def cached_libs(version: str | None = None) -> Path | None:
+    """The cache's libs/ for this version, fetched from the pom as it is now; None otherwise."""
     libs = cache_root() / (version or pinned_version()) / "libs"
-    return libs if libs.is_dir() and any(libs.glob(BROKER_JAR)) else None
+    stamp = libs / POM_STAMP
+    if not (libs.is_dir() and any(libs.glob(BROKER_JAR)) and stamp.is_file()):
+        return None
+    return libs if stamp.read_text().strip() == pom_digest() else None
 
 
 def require_java() -> str:
@@ -132,7 +164,12 @@ def fetch(version: str | None = None, *, quiet: bool = True) -> Path:
                     + (done.stdout or "")[-4000:]
                     + (done.stderr or "")[-4000:]
                 )
-            scratch.rename(target / "libs")
+            (scratch / POM_STAMP).write_text(pom_digest() + "\n")
+            # A libs/ from an older pom is set aside, not merged into: its jars may clash.
+            stale = target / "libs"
+            if stale.exists():
+                shutil.rmtree(stale)
+            scratch.rename(stale)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     libs = target / "libs"
