@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import random
 import shutil
+import threading
 import time
 import uuid
 from collections import Counter
@@ -17,19 +18,24 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.apache_kafka.exactly_once import transactional_producer, write_transaction
+from onceflow.protocol.api_key import ApiKey
+from tests.apache_kafka.exactly_once import TXN_TIMEOUT_S, transactional_producer
 from tests.apache_kafka.streams.word_count import CountsReader, StreamsApp
-from tests.confluent import create_topics
+from tests.confluent import QUIET, create_topics
+from tests.waiting import wait_for
+from tests.wire import api_versions
 
 PARTITIONS = 2
 VOCABULARY = tuple(f"word{i}" for i in range(30))
 # Only aborted transactions hold it: a count of it is a read of aborted input.
 ABORTED_WORD = "aborted"
-SENTENCES_PER_TXN = 8
+SENTENCES_PER_TXN = 4
+# Between the writer's transactions: about two a second.
+WRITE_PAUSE_S = 0.4
 WORDS_PER_SENTENCE = 5
 # Generous: JVMs of seven engineers share two cores.
 RUNNING_TIMEOUT_S = 180.0
@@ -46,11 +52,13 @@ class Input:
         self.truth: Counter[str] = Counter()
         self.transactions = 0
         self.aborted = 0
+        # Read by the test thread while the writer thread counts: one int, no dict iteration.
+        self.committed_words = 0
 
     def total(self) -> int:
-        return sum(self.truth.values())
+        return self.committed_words
 
-    def write(self, transactions: int) -> None:
+    def write(self, transactions: int = 1) -> None:
         """`transactions` transactions of sentences; every fourth aborted on purpose."""
         for _ in range(transactions):
             self.transactions += 1
@@ -60,16 +68,98 @@ class Input:
                 + ([] if commit else [ABORTED_WORD])
                 for _ in range(SENTENCES_PER_TXN)
             ]
-            values = [" ".join(words).encode() for words in sentences]
-            committed = write_transaction(
-                self.producer, self.topic, values, partitions=range(PARTITIONS), commit=commit
-            )
-            assert committed or not commit, "librdkafka aborted a transaction we committed"
-            if committed:
+            self.producer.begin_transaction()
+            for i, words in enumerate(sentences):
+                self.producer.produce(
+                    self.topic, " ".join(words).encode(), partition=i % PARTITIONS
+                )
+                self.producer.poll(0)
+            if commit and self.committed():
                 for words in sentences:
                     self.truth.update(words)
-            else:
-                self.aborted += 1
+                self.committed_words += sum(map(len, sentences))
+                continue
+            if not commit:
+                # Written first: librdkafka drops what it has not sent when it aborts.
+                self.delivered()
+            self.retrying(lambda: self.producer.abort_transaction(TXN_TIMEOUT_S))
+            self.aborted += 1
+
+    def committed(self) -> bool:
+        """Commit; False when librdkafka says the transaction must be aborted instead."""
+        try:
+            self.retrying(lambda: self.producer.commit_transaction(TXN_TIMEOUT_S))
+            return True
+        except KafkaException as e:
+            if not e.args[0].txn_requires_abort():
+                raise
+            return False
+
+    @staticmethod
+    def retrying(end: Callable[[], None]) -> None:
+        """Commit or abort again while librdkafka says the error is retriable (its docs ask
+        so); any other error fails the test."""
+        deadline = time.monotonic() + TXN_TIMEOUT_S * 2
+        while True:
+            try:
+                end()
+                return
+            except KafkaException as e:
+                if not e.args[0].retriable() or time.monotonic() >= deadline:
+                    raise
+
+    def delivered(self) -> None:
+        left = self.producer.flush(TXN_TIMEOUT_S)
+        assert left == 0, f"{left} records of an aborted transaction not delivered"
+
+
+class Writer(threading.Thread):
+    """Writes transactions one after another, paced, while the faults happen; `pause()`
+    returns once it is between transactions and holds it there until `resume()`."""
+
+    def __init__(self, sentences: Input) -> None:
+        super().__init__(daemon=True)
+        self.sentences = sentences
+        self.allowed = threading.Event()
+        self.allowed.set()
+        self.idle = threading.Event()
+        self.done = threading.Event()
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.done.is_set():
+                if not self.allowed.is_set():
+                    self.idle.set()
+                    self.allowed.wait()
+                    self.idle.clear()
+                    continue
+                self.sentences.write()
+                # Pacing, not waiting: input keeps arriving through each fault.
+                self.done.wait(WRITE_PAUSE_S)
+        except BaseException as e:  # reported by the test thread
+            self.failure = e
+        finally:
+            self.idle.set()
+
+    def pause(self) -> None:
+        self.allowed.clear()
+        self.check()
+        assert self.idle.wait(TXN_TIMEOUT_S * 2), "the writer did not finish its transaction"
+
+    def resume(self) -> None:
+        self.allowed.set()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.allowed.set()
+        self.join(TXN_TIMEOUT_S * 2)
+        assert not self.is_alive(), "the writer did not stop"
+        self.check()
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise AssertionError(f"the writer failed: {self.failure!r}") from self.failure
 
 
 @pytest.fixture
@@ -95,7 +185,8 @@ def make_app(
             "bootstrap.servers": bootstrap,
             "application.id": f"word-count-{uuid.uuid4().hex[:8]}",
             "state.dir": str(tmp_path / "state"),
-            "commit.interval.ms": "200",
+            # Transactions open half a second: a SIGKILL finds one open with records in it.
+            "commit.interval.ms": "500",
             # Purge the repartition topic often (DeleteRecords), not every 30 s.
             "repartition.purge.interval.ms": "1000",
             # A killed instance's member leaves the group in 10 s, not the default 45 s.
@@ -115,32 +206,46 @@ def make_app(
 
 
 def wait_exact(reader: CountsReader, truth: Counter[str], app: StreamsApp) -> None:
-    """Until the latest committed count of every word is its true count."""
+    """Until the latest committed count of every word is its true count (the input written);
+    at once a failure when a count is beyond it, as counts never go down."""
     deadline = time.monotonic() + EXACT_TIMEOUT_S
-    while reader.latest() != dict(truth):
+    while (latest := reader.latest()) != dict(truth):
         app.check_alive()
-        if time.monotonic() >= deadline:
-            latest = reader.latest()
-            wrong = {
-                w: (latest.get(w), truth.get(w))
-                for w in sorted({*latest, *truth})
-                if latest.get(w) != truth.get(w)
-            }
+        wrong = {
+            w: (latest.get(w), truth.get(w))
+            for w in sorted({*latest, *truth})
+            if latest.get(w) != truth.get(w)
+        }
+        beyond = any(count > truth.get(w, 0) for w, count in latest.items())
+        if beyond or time.monotonic() >= deadline:
             raise AssertionError(
-                f"counts not exact after {EXACT_TIMEOUT_S} s: (output, truth) {wrong}\n"
-                + app.tail()
+                f"counts not exact ({'beyond the truth' if beyond else f'{EXACT_TIMEOUT_S} s'}):"
+                f" (output, truth) {wrong}\n" + app.tail()
             )
         reader.poll()
 
 
-def wait_progress(reader: CountsReader, app: StreamsApp, beyond: int) -> None:
-    """Until Streams has committed counts of more than `beyond` words in all: it has begun on
-    the input written since, and is likely still at it."""
+def wait_progress(reader: CountsReader, app: StreamsApp, writer: Writer, beyond: int) -> None:
+    """Until Streams has committed counts of more than `beyond` words in all: it is working
+    through the input the writer goes on writing."""
     deadline = time.monotonic() + RUNNING_TIMEOUT_S
     while sum(reader.latest().values()) <= beyond:
         app.check_alive()
+        writer.check()
         assert time.monotonic() < deadline, f"no counts beyond {beyond} words:\n{app.tail()}"
         reader.poll()
+
+
+def purged(bootstrap: str, topic: str) -> bool:
+    """Every partition's log start offset is past 0."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "purged", **QUIET})
+    try:
+        return all(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[0] > 0
+            for p in range(PARTITIONS)
+        )
+    finally:
+        consumer.close()
 
 
 def assert_never_regressed(reader: CountsReader) -> None:
@@ -162,33 +267,43 @@ def test_word_count_exactly_once_through_kills_and_state_loss(
     app = make_app(broker.bootstrap, input_topic, output_topic)
     sentences = Input(broker.bootstrap, input_topic)
     reader = CountsReader(broker.bootstrap, output_topic, PARTITIONS)
+    writer = Writer(sentences)
     try:
         app.start().wait_running(RUNNING_TIMEOUT_S)
+        writer.start()
 
         # Streams SIGKILLed while it works through the input (its transaction open or not).
-        sentences.write(10)
-        wait_progress(reader, app, 0)
+        wait_progress(reader, app, writer, 0)
         app.kill()
         app.start()
 
-        # The broker SIGKILLed while Streams runs, between the producer's transactions.
-        done = sentences.total()
-        sentences.write(10)
-        wait_progress(reader, app, done)
+        # The broker SIGKILLed while Streams runs, between the producer's transactions (a
+        # librdkafka producer fails fatally when its coordinator dies mid-commit).
+        wait_progress(reader, app, writer, sentences.total())
+        writer.pause()
         broker.kill()
         broker.start(timeout=60)
+        writer.resume()
 
-        # Streams SIGKILLed again, then the rest of the input.
-        done = sentences.total()
-        sentences.write(10)
-        wait_progress(reader, app, done)
+        # Streams SIGKILLed again, then the input ends.
+        wait_progress(reader, app, writer, sentences.total())
         app.kill()
         app.start()
-        sentences.write(10)
+        wait_progress(reader, app, writer, sentences.total())
+        writer.stop()
 
         wait_exact(reader, sentences.truth, app)
         assert ABORTED_WORD not in reader.latest()
+        assert sentences.aborted > 0
         assert_never_regressed(reader)
+        if ApiKey.DELETE_RECORDS in api_versions(broker.bootstrap):
+            # Streams deletes what it has consumed of its repartition topic (DeleteRecords,
+            # every repartition.purge.interval.ms); onceflow without it keeps it all.
+            wait_for(
+                lambda: purged(broker.bootstrap, app.repartition_topic("words")),
+                RUNNING_TIMEOUT_S,
+                "Streams to purge its repartition topic",
+            )
 
         # Stopped cleanly and its state directory wiped: the store is rebuilt from the
         # changelog, and the counts go on from the true totals.
@@ -199,6 +314,7 @@ def test_word_count_exactly_once_through_kills_and_state_loss(
         wait_exact(reader, sentences.truth, app)
         assert_never_regressed(reader)
         assert app.starts == 4
-        assert sentences.aborted == 11
     finally:
+        writer.done.set()
+        writer.allowed.set()
         reader.close()

@@ -4,6 +4,7 @@ state directory, its output read back read_committed."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -25,6 +26,13 @@ SOURCE = HERE / "WordCount.java"
 LOG4J = HERE / "log4j2.properties"
 MAIN = "WordCount"
 HEAP = "384m"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Between fork and exec: the JVM is SIGKILLed when the thread that started it ends, so a
+    # SIGKILLed pytest leaves no Streams JVM behind (as KafkaCluster's nodes).
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def require_javac() -> str:
@@ -41,7 +49,18 @@ def require_javac() -> str:
 def compile_word_count(distribution: Distribution, classes: Path) -> Path:
     """WordCount.class into `classes`; the compiler's output in the failure when it fails."""
     classes.mkdir(parents=True, exist_ok=True)
-    command = [require_javac(), "-cp", distribution.classpath, "-d", str(classes), str(SOURCE)]
+    # javac is a JVM too: a small heap and C1 only, as Kafka's tools run here.
+    command = [
+        require_javac(),
+        "-J-Xmx256m",
+        "-J-XX:+UseSerialGC",
+        "-J-XX:TieredStopAtLevel=1",
+        "-cp",
+        distribution.classpath,
+        "-d",
+        str(classes),
+        str(SOURCE),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, f"javac failed:\n{done.stdout}\n{done.stderr}"
     return classes
@@ -69,6 +88,9 @@ class StreamsApp:
         self.output: deque[str] = deque(maxlen=300)
         self.states: list[str] = []
         self.starts = 0
+
+    def repartition_topic(self, name: str) -> str:
+        return f"{self.properties['application.id']}-{name}-repartition"
 
     @property
     def state_dir(self) -> Path:
@@ -102,6 +124,9 @@ class StreamsApp:
             stderr=subprocess.STDOUT,
             text=True,
             bufsize=1,
+            preexec_fn=(
+                _die_with_parent if threading.current_thread() is threading.main_thread() else None
+            ),
         )
         threading.Thread(target=self._pump, args=(self.process,), daemon=True).start()
         return self
