@@ -192,7 +192,6 @@ def make_app(
             # A killed instance's member leaves the group in 10 s, not the default 45 s.
             "session.timeout.ms": "10000",
             "heartbeat.interval.ms": "1000",
-            "processing.exception.handler.global.enabled": "true",
         }
         app = StreamsApp(
             apache_kafka, word_count_classes, properties, tmp_path, input_topic, output_topic
