@@ -180,11 +180,21 @@ def make_app(
 ) -> Iterator[Callable[..., StreamsApp]]:
     apps: list[StreamsApp] = []
 
-    def make(bootstrap: str, input_topic: str, output_topic: str) -> StreamsApp:
+    def make(
+        bootstrap: str,
+        input_topic: str,
+        output_topic: str,
+        *,
+        application_id: str | None = None,
+        name: str = "app",
+        **settings: str,
+    ) -> StreamsApp:
+        workdir = tmp_path / name
+        workdir.mkdir()
         properties = {
             "bootstrap.servers": bootstrap,
-            "application.id": f"word-count-{uuid.uuid4().hex[:8]}",
-            "state.dir": str(tmp_path / "state"),
+            "application.id": application_id or f"word-count-{uuid.uuid4().hex[:8]}",
+            "state.dir": str(workdir / "state"),
             # Transactions open half a second: a SIGKILL finds one open with records in it.
             "commit.interval.ms": "500",
             # Purge the repartition topic often (DeleteRecords), not every 30 s.
@@ -192,9 +202,10 @@ def make_app(
             # A killed instance's member leaves the group in 10 s, not the default 45 s.
             "session.timeout.ms": "10000",
             "heartbeat.interval.ms": "1000",
+            **settings,
         }
         app = StreamsApp(
-            apache_kafka, word_count_classes, properties, tmp_path, input_topic, output_topic
+            apache_kafka, word_count_classes, properties, workdir, input_topic, output_topic
         )
         apps.append(app)
         return app
@@ -204,12 +215,13 @@ def make_app(
         app.kill()
 
 
-def wait_exact(reader: CountsReader, truth: Counter[str], app: StreamsApp) -> None:
+def wait_exact(reader: CountsReader, truth: Counter[str], *apps: StreamsApp) -> None:
     """Until the latest committed count of every word is its true count (the input written);
     at once a failure when a count is beyond it, as counts never go down."""
     deadline = time.monotonic() + EXACT_TIMEOUT_S
     while (latest := reader.latest()) != dict(truth):
-        app.check_alive()
+        for app in apps:
+            app.check_alive()
         wrong = {
             w: (latest.get(w), truth.get(w))
             for w in sorted({*latest, *truth})
@@ -219,7 +231,7 @@ def wait_exact(reader: CountsReader, truth: Counter[str], app: StreamsApp) -> No
         if beyond or time.monotonic() >= deadline:
             raise AssertionError(
                 f"counts not exact ({'beyond the truth' if beyond else f'{EXACT_TIMEOUT_S} s'}):"
-                f" (output, truth) {wrong}\n" + app.tail()
+                f" (output, truth) {wrong}\n" + "\n".join(app.tail() for app in apps)
             )
         reader.poll()
 
@@ -313,6 +325,67 @@ def test_word_count_exactly_once_through_kills_and_state_loss(
         wait_exact(reader, sentences.truth, app)
         assert_never_regressed(reader)
         assert app.starts == 4
+    finally:
+        writer.done.set()
+        writer.allowed.set()
+        reader.close()
+
+
+def test_word_count_zombie_fenced_by_its_group_generation(
+    broker: EmbeddedBroker, make_app: Callable[..., StreamsApp]
+) -> None:
+    """exactly_once_v2 fences a zombie by its consumer group generation (KIP-447), not by a
+    transactional id per task: two instances share the tasks; one is SIGSTOPped, its
+    transaction open, until the group has given its tasks to the other, then woken. Its
+    transaction must not commit (its TxnOffsetCommit carries a stale generation): the counts
+    stay exact and no count repeats."""
+    suffix = uuid.uuid4().hex[:8]
+    input_topic, output_topic = f"sentences-{suffix}", f"counts-{suffix}"
+    create_topics(broker.bootstrap, {input_topic: PARTITIONS, output_topic: PARTITIONS})
+    application_id = f"word-count-{suffix}"
+    settings = {
+        # Longer than the pause: the group, not the transaction timeout, must fence the zombie.
+        "transaction.timeout.ms": "120000",
+        "session.timeout.ms": "6000",  # the broker's group.min.session.timeout.ms
+    }
+    zombie, survivor = (
+        make_app(
+            broker.bootstrap,
+            input_topic,
+            output_topic,
+            application_id=application_id,
+            name=name,
+            **settings,
+        )
+        for name in ("zombie", "survivor")
+    )
+    sentences = Input(broker.bootstrap, input_topic)
+    reader = CountsReader(broker.bootstrap, output_topic, PARTITIONS)
+    writer = Writer(sentences)
+    try:
+        zombie.start()
+        survivor.start()
+        zombie.wait_running(RUNNING_TIMEOUT_S)
+        survivor.wait_running(RUNNING_TIMEOUT_S)
+        writer.start()
+        wait_progress(reader, survivor, writer, 0)
+        wait_progress(reader, survivor, writer, sentences.total())
+
+        mark = len(survivor.states)
+        zombie.pause()
+        # The group expels the frozen member after its session timeout and rebalances.
+        wait_for(
+            lambda: "REBALANCING" in survivor.states[mark:] and survivor.states[-1] == "RUNNING",
+            RUNNING_TIMEOUT_S,
+            lambda: f"the survivor to take the zombie's tasks:\n{survivor.tail()}",
+        )
+        zombie.resume()
+        wait_progress(reader, survivor, writer, sentences.total())
+        writer.stop()
+
+        wait_exact(reader, sentences.truth, zombie, survivor)
+        assert ABORTED_WORD not in reader.latest()
+        assert_never_regressed(reader)
     finally:
         writer.done.set()
         writer.allowed.set()

@@ -169,6 +169,15 @@ class StreamsApp:
             self.process.kill()
             self.process.wait()
 
+    def pause(self) -> None:
+        """SIGSTOP: a zombie, frozen with whatever transaction it has open."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     def stop(self, timeout: float = 60.0) -> None:
         """SIGTERM: the shutdown hook closes Streams (commits, writes its checkpoints)."""
         if self.process is None:
