@@ -331,14 +331,14 @@ def test_word_count_exactly_once_through_kills_and_state_loss(
         reader.close()
 
 
-def test_word_count_zombie_fenced_by_its_group_generation(
+def test_word_count_zombie_fenced_by_its_group_membership(
     broker: EmbeddedBroker, make_app: Callable[..., StreamsApp]
 ) -> None:
-    """exactly_once_v2 fences a zombie by its consumer group generation (KIP-447), not by a
+    """exactly_once_v2 fences a zombie by its consumer group metadata (KIP-447), not by a
     transactional id per task: two instances share the tasks; one is SIGSTOPped, its
     transaction open, until the group has given its tasks to the other, then woken. Its
-    transaction must not commit (its TxnOffsetCommit carries a stale generation): the counts
-    stay exact and no count repeats."""
+    transaction must not commit (its TxnOffsetCommit names a member the group expelled): the
+    counts stay exact and no count repeats."""
     suffix = uuid.uuid4().hex[:8]
     input_topic, output_topic = f"sentences-{suffix}", f"counts-{suffix}"
     create_topics(broker.bootstrap, {input_topic: PARTITIONS, output_topic: PARTITIONS})
