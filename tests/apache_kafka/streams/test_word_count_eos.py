@@ -146,6 +146,7 @@ class Writer(threading.Thread):
         self.allowed.clear()
         self.check()
         assert self.idle.wait(TXN_TIMEOUT_S * 2), "the writer did not finish its transaction"
+        self.check()
 
     def resume(self) -> None:
         self.allowed.set()
@@ -272,6 +273,8 @@ def assert_never_regressed(reader: CountsReader) -> None:
 def test_word_count_exactly_once_through_kills_and_state_loss(
     broker: EmbeddedBroker, make_app: Callable[..., StreamsApp]
 ) -> None:
+    """Streams SIGKILLed twice and the broker once while the input flows: exact counts, none
+    repeated; then a wiped state directory, restored from the changelog, goes on exactly."""
     suffix = uuid.uuid4().hex[:8]
     input_topic, output_topic = f"sentences-{suffix}", f"counts-{suffix}"
     create_topics(broker.bootstrap, {input_topic: PARTITIONS, output_topic: PARTITIONS})
