@@ -1,10 +1,10 @@
 """Node-to-node links of a loopback Apache Kafka cluster that can be cut: each node's
 inter-broker listener (replica fetches, transaction markers) is reached by the other nodes
-through a relay, so that a node can be cut off from the other nodes while its clients and the
-controller quorum (its own listeners) still reach it, as a network partition between brokers
-would. With 3 combined broker+controller nodes this is the only way to leave a leader alone
-in its ISR: pausing both its followers would also stop two of the three controllers, and no
-ISR change can be committed without a controller quorum.
+through a relay, so that a node can be cut off from the other nodes, or only its followers'
+fetches from it, while its clients and the controller quorum (their own listeners) still
+reach it, as a network partition between brokers would. With 3 combined broker+controller
+nodes this is the way to leave a leader alone in its ISR: pausing both its followers would
+also stop two of the three controllers, and no ISR change is committed without a quorum.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +22,37 @@ REPLICATION_LISTENER = "REPLICATION"
 CHUNK = 64 << 10
 
 
+FETCH = 1  # the Fetch request's api key: what a follower replicates with
+
+
+class _Relayed:
+    """One connection through a link: the two sockets, and whether Fetch requests (a
+    follower's replication) went through it."""
+
+    def __init__(self, downstream: socket.socket, upstream: socket.socket) -> None:
+        self.downstream, self.upstream = downstream, upstream
+        self.fetches = False
+
+    def reset(self) -> None:
+        _shut(self.downstream)
+        _shut(self.upstream)
+
+
 class NodeLink:
     """A TCP relay in front of one node's inter-broker listener. `cut()` resets every
     connection through it and refuses new ones (accepted, then closed at once) until
-    `heal()`."""
+    `heal()`; `cut(fetches_only=True)` resets only the connections that carry Fetch requests
+    (the followers' replica fetchers), and any that sends one, while the other inter-broker
+    requests (transaction markers, say) still pass: the node's followers lag behind it."""
 
     def __init__(self, port: int, upstream_port: int) -> None:
         self.port, self.upstream_port = port, upstream_port
         self.cut_off = False
+        self.fetches_only = False
         self.connections = 0  # relayed since start, for tests and post-mortems
-        self.refused = 0
+        self.refused = 0  # connections refused and fetches reset while cut
         self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
+        self._open: set[_Relayed] = set()
         self._listener: socket.socket | None = None
         self._stop = threading.Event()
 
@@ -54,22 +73,29 @@ class NodeLink:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-        self._reset_all()
+        self._reset(lambda relayed: True)
 
-    def cut(self) -> None:
+    def cut(self, fetches_only: bool = False) -> None:
         with self._lock:
-            self.cut_off = True
-        self._reset_all()
+            self.cut_off, self.fetches_only = True, fetches_only
+        self._reset(lambda relayed: relayed.fetches or not fetches_only)
 
     def heal(self) -> None:
         with self._lock:
             self.cut_off = False
 
-    def _reset_all(self) -> None:
+    def _refuses(self, fetch: bool) -> bool:
         with self._lock:
-            sockets, self._open = list(self._open), set()
-        for s in sockets:
-            _shut(s)
+            refused = self.cut_off and (fetch or not self.fetches_only)
+            self.refused += refused
+            return refused
+
+    def _reset(self, which: Callable[[_Relayed], bool]) -> None:
+        with self._lock:
+            chosen = {r for r in self._open if which(r)}
+            self._open -= chosen
+        for relayed in chosen:
+            relayed.reset()
 
     def _accept(self) -> None:
         listener = self._listener
@@ -80,10 +106,7 @@ class NodeLink:
                 continue
             except OSError:
                 return
-            with self._lock:
-                refused = self.cut_off
-                self.refused += refused
-            if refused:
+            if self._refuses(fetch=False):
                 _shut(downstream)
                 continue
             try:
@@ -94,27 +117,55 @@ class NodeLink:
             for s in (downstream, upstream):
                 s.settimeout(None)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            relayed = _Relayed(downstream, upstream)
             with self._lock:
-                if self.cut_off:  # cut while connecting
-                    _shut(downstream)
-                    _shut(upstream)
-                    continue
-                self._open |= {downstream, upstream}
+                self._open.add(relayed)
                 self.connections += 1
-            for a, b in ((downstream, upstream), (upstream, downstream)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._requests, args=(relayed,), daemon=True).start()
+            threading.Thread(target=self._responses, args=(relayed,), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _requests(self, relayed: _Relayed) -> None:
+        """Requests to the node, frame by frame (a size, then the api key): a request's
+        header is held back until whole, so that a Fetch is seen before any of it passes."""
+        held = b""  # the start of a header that is not whole yet
+        body_left = 0  # bytes of the current request still to pass
         try:
-            while data := source.recv(CHUNK):
-                sink.sendall(data)
+            while data := relayed.downstream.recv(CHUNK):
+                data, held = held + data, b""
+                i = 0
+                while i < len(data):
+                    if body_left:
+                        step = min(body_left, len(data) - i)
+                        i, body_left = i + step, body_left - step
+                    elif len(data) - i < 6:
+                        data, held = data[:i], data[i:]
+                    else:
+                        fetch = int.from_bytes(data[i + 4 : i + 6], "big", signed=True) == FETCH
+                        relayed.fetches |= fetch
+                        if self._refuses(fetch):
+                            return
+                        body_left = int.from_bytes(data[i : i + 4], "big") - 2
+                        i += 6
+                if data:
+                    relayed.upstream.sendall(data)
         except OSError:
             pass
         finally:
-            with self._lock:
-                self._open -= {source, sink}
-            _shut(source)
-            _shut(sink)
+            self._forget(relayed)
+
+    def _responses(self, relayed: _Relayed) -> None:
+        try:
+            while data := relayed.upstream.recv(CHUNK):
+                relayed.downstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._forget(relayed)
+
+    def _forget(self, relayed: _Relayed) -> None:
+        with self._lock:
+            self._open.discard(relayed)
+        relayed.reset()
 
 
 def _shut(s: socket.socket) -> None:
@@ -173,11 +224,13 @@ class LinkedKafkaCluster(KafkaCluster):
         for link in self.links.values():
             link.close()
 
-    def isolate(self, node_id: int) -> None:
-        """Cut `node_id` off from the other nodes: none can fetch from it or send it
-        transaction markers (it still reaches them, its clients and the controllers)."""
+    def isolate(self, node_id: int, fetches_only: bool = False) -> None:
+        """Cut the other nodes off from `node_id`'s inter-broker listener: they can neither
+        fetch from it nor send it requests (transaction markers, say); with `fetches_only`
+        they cannot fetch from it, so its followers lag, but their other requests pass. It
+        still reaches them, and its clients and the controllers still reach it."""
         self.node(node_id)
-        self.links[node_id].cut()
+        self.links[node_id].cut(fetches_only)
 
     def reconnect(self, node_id: int) -> None:
         self.links[node_id].heal()

@@ -269,7 +269,9 @@ class ManagedKafka:
 
     def isolate(self, node: int) -> None:
         assert isinstance(self.cluster, LinkedKafkaCluster)
-        self.cluster.isolate(node)
+        # Only the fetches: transaction markers still reach it, so the workload writes on
+        # (a leader nobody writes to keeps its idle followers in sync).
+        self.cluster.isolate(node, fetches_only=True)
 
     def reconnect(self, node: int) -> None:
         assert isinstance(self.cluster, LinkedKafkaCluster)

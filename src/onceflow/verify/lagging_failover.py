@@ -2,11 +2,12 @@
 it acknowledged, when its settings let it (Jepsen's Kafka analysis, 2013), for one workload
 partition:
 
-1. strand: cut the partition's leader off from the other nodes (its inbound node-to-node links,
-   apache_kafka/links.py), so its followers stop fetching, and wait until the leader has
-   dropped them from the ISR: it is alone in its ISR. Clients and the controllers still reach
-   it. With min.insync.replicas=1 it now acknowledges acks=all writes alone; with
-   min.insync.replicas=2 it refuses them (NOT_ENOUGH_REPLICAS).
+1. strand: cut the followers' fetches from the partition's leader (its inbound node-to-node
+   links, apache_kafka/links.py; the other inter-broker requests, transaction markers, still
+   pass, so the workload writes on: a follower that is behind by nothing stays in the ISR),
+   and wait until the leader has dropped them from the ISR: it is alone in its ISR. Clients
+   and the controllers still reach it. With min.insync.replicas=1 it now acknowledges acks=all
+   writes alone; with min.insync.replicas=2 it refuses them (NOT_ENOUGH_REPLICAS).
 2. the nemesis holds it so for a moment while the workload writes, and longer (up to
    ack_timeout_s) until the lone leader has acknowledged a write, if it does;
 3. fail over: SIGKILL the leader, heal its links, wait for another leader (or a deadline) and
