@@ -142,6 +142,22 @@ def test_an_isr_that_does_not_shrink_fails_the_fault_and_heals_the_links() -> No
     assert clock.now >= 10
 
 
+def test_the_end_of_the_run_cuts_the_waits_short_but_not_the_failover() -> None:
+    cluster, clock = ScriptedCluster(shrinks_after=None), Clock()
+    fault = failover(cluster, clock)
+    fault.interrupted = lambda: True
+    with pytest.raises(FaultError, match="the run ended"):
+        fault.strand()
+    assert clock.now < 1 and cluster.calls == ["isolate 1", "reconnect 1"]
+
+    cluster, clock = ScriptedCluster(acks=False), Clock()
+    fault = failover(cluster, clock)
+    fault.strand()
+    fault.interrupted = lambda: True
+    assert fault.fail_over()["new_leader"] == 2  # no wait for a write; killed and restarted
+    assert clock.now < 2 and cluster.calls[-1] == "restart 1"
+
+
 def test_a_failed_look_up_is_not_yet_and_no_leader_is_no_fault() -> None:
     cluster, clock = ScriptedCluster(), Clock()
     cluster.flaky = True

@@ -432,6 +432,7 @@ class Nemesis:
             return self._partition(t.proxy)
         if kind == LAGGING_FAILOVER and t.nodes is not None:
             failover = t.nodes.lagging_failover(rng)
+            failover.interrupted = self._stop.is_set
             # Held long enough for the workload to write to the lone leader.
             plan = self._make(
                 f"leader of {failover.of}",

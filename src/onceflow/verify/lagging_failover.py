@@ -58,6 +58,8 @@ class LaggingFailover:
     leader_timeout_s: float  # for a new leader once the old one is killed
     ack_timeout_s: float = 10.0  # for the lone leader to acknowledge a write (if it does)
     clock: Callable[[], float] = time.monotonic
+    # The run is ending (the nemesis stops): no more waiting to strand or for acknowledgements.
+    interrupted: Callable[[], bool] = lambda: False
     sleep: Callable[[float], None] = time.sleep
     leader: int = -1
     steps: list[str] = field(default_factory=list)  # what was done, in order (for the tests)
@@ -79,7 +81,9 @@ class LaggingFailover:
         self.steps.append(f"isolate {leader}")
         started = self.clock()
         alone = self._until(
-            lambda: self.cluster.isr(self.topic, self.partition) == [leader], self.isr_timeout_s
+            lambda: self.cluster.isr(self.topic, self.partition) == [leader],
+            self.isr_timeout_s,
+            self.interrupted,
         )
         if not alone:
             self.cluster.reconnect(leader)
@@ -87,6 +91,7 @@ class LaggingFailover:
             raise FaultError(
                 f"the ISR of {self.of} did not shrink to its leader {leader} alone "
                 f"within {self.isr_timeout_s:g} s"
+                + (" (the run ended)" if self.interrupted() else "")
             )
         self.steps.append("alone")
         self._alone_hw = self._watermark()
@@ -103,7 +108,9 @@ class LaggingFailover:
         then restart the old leader."""
         leader = self.leader
         if self._alone_hw >= 0:  # safe settings: it acknowledges nothing, this times out
-            self._until(lambda: self._watermark() > self._alone_hw, self.ack_timeout_s)
+            self._until(
+                lambda: self._watermark() > self._alone_hw, self.ack_timeout_s, self.interrupted
+            )
         acknowledged = self._watermark()  # what the leader acknowledged, alone at the end
         self.cluster.kill(leader)
         self.cluster.reconnect(leader)
@@ -139,12 +146,17 @@ class LaggingFailover:
         found = self._ask(lambda: self.cluster.high_watermark(self.topic, self.partition))
         return -1 if found is None else found
 
-    def _until(self, probe: Callable[[], bool], timeout_s: float) -> bool:
+    def _until(
+        self,
+        probe: Callable[[], bool],
+        timeout_s: float,
+        interrupted: Callable[[], bool] = lambda: False,
+    ) -> bool:
         deadline = self.clock() + timeout_s
         while True:
             if self._ask(probe):
                 return True
-            if self.clock() >= deadline:
+            if self.clock() >= deadline or interrupted():
                 return False
             self.sleep(POLL_S)
 
