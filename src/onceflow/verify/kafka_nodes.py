@@ -40,6 +40,9 @@ VERIFY_SETTINGS = {
     "log.segment.bytes": str(1 << 20),
 }
 LOOKUP_TIMEOUT_S = 10.0
+# How long a node may take to start or come back: a 3-node run on the shared 2-core machine
+# (load average 35) once saw a killed node take more than the cluster's default 120 s.
+NODE_START_TIMEOUT_S = 300.0
 # Kafka's defaults: how long a leader waits for a silent follower before it drops it from the
 # ISR, and the controller for a silent broker before it fences it (and elects other leaders).
 REPLICA_LAG_TIME_MAX_MS = 30_000
@@ -152,6 +155,7 @@ class ManagedKafka:
             nodes,
             distribution=distribution,
             settings={**VERIFY_SETTINGS, **overrides},
+            start_timeout_s=NODE_START_TIMEOUT_S,
         )
         self.serve(WorkloadKeys((), (), None))
         self.chosen: list[NodeChoice] = []
