@@ -14,6 +14,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from onceflow.apache_kafka import Distribution
 from onceflow.verify.faults import LAGGING_FAILOVER
 from tests.verify.runs import verify_command
@@ -21,6 +23,8 @@ from tests.verify.runs import verify_command
 UNSAFE = ("-o", "unclean.leader.election.enable=true", "-o", "min.insync.replicas=1")
 QUICK_ISR = ("-o", "replica.lag.time.max.ms=3000")
 UNCLEAN_ELECTION = "using an unclean election"  # the controller's log line
+# A run is 60 s, but the cluster's start took 180 s once at a load average of 64 (2-5 min).
+RUN_TIMEOUT_S = 900
 
 
 def lagging_failover_run(
@@ -37,7 +41,9 @@ def lagging_failover_run(
         *("--transaction-timeout-ms", "5000", *QUICK_ISR, *overrides),
         *("--work-dir", str(work_dir), "--json", str(report_path)),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
     assert done.returncode in (0, 1), f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     report = json.loads(report_path.read_text())
     assert not report["errors"], report["errors"]
@@ -52,6 +58,7 @@ def unclean_elections(work_dir: Path) -> int:
     )
 
 
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 def test_unsafe_settings_lose_acknowledged_writes_under_lagging_failover(
     tmp_path: Path, apache_kafka: Distribution
 ) -> None:
@@ -64,6 +71,7 @@ def test_unsafe_settings_lose_acknowledged_writes_under_lagging_failover(
     assert not report["valid"]
 
 
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 def test_safe_settings_lose_nothing_under_lagging_failover(
     tmp_path: Path, apache_kafka: Distribution
 ) -> None:

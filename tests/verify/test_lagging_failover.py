@@ -115,6 +115,7 @@ def test_the_leader_is_stranded_alone_in_its_isr_then_killed_and_a_follower_elec
     assert cluster.calls == ["isolate 1", "kill 1", "reconnect 1", "restart 1"]
     assert healed["new_leader"] == 2
     assert healed["high_watermark_at_kill"] == 130 and healed["acknowledged_alone"] == 20
+    assert healed["high_watermark_new_leader"] == 140 and healed["new_leader_behind"] == 0
     assert fault.steps == ["isolate 1", "alone", "kill 1", "reconnect 1", "elected 2", "restart 1"]
     assert fault.outcome["new_leader"] == 2 and fault.outcome["leader"] == 1
 

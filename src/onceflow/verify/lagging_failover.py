@@ -135,7 +135,9 @@ class LaggingFailover:
         }
         if elected:
             details["new_leader_after_s"] = round(self.clock() - started, 3)
-            details["high_watermark_new_leader"] = self._watermark()
+            details["high_watermark_new_leader"] = new_hw = self._watermark()
+            if min(acknowledged, new_hw) >= 0:  # records the new leader lacks, at least
+                details["new_leader_behind"] = max(0, acknowledged - new_hw)
         self.steps.append(f"elected {details['new_leader']}")
         self.outcome.update(details)
         self.cluster.restart(leader)
