@@ -16,10 +16,10 @@ be injected). Kinds:
 - kill-mirror (verify --mirror): SIGKILL of the mirror's driver (its process group: JVM and
   Python workers), restarted after a moment; with a mirror, kill picks the source or the
   target broker at random;
-- lagging-failover (verify --apache-kafka, 2+ nodes): the leader of a workload partition cut
-  off from the other nodes until it is alone in its ISR, held so while the workload writes,
-  then SIGKILLed and restarted once another leader is elected or a deadline passed
-  (lagging_failover.py): what loses acknowledged writes under unsafe settings.
+- lagging-failover (verify --apache-kafka, 2+ nodes): its followers' fetches from the leader
+  of a workload partition cut until it is alone in its ISR, held so while the workload
+  writes, then the leader SIGKILLed and restarted once another leader is elected or a
+  deadline passed (lagging_failover.py): what loses acknowledged writes under unsafe settings.
 
 The broker faults (kill, disk, pausing the broker) need a broker the run manages: the embedded
 one, or (verify --apache-kafka) an Apache Kafka cluster, where kill and pause strike one node at
