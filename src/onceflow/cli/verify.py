@@ -112,7 +112,9 @@ def verify_command(
             "to every node), crash-client (SIGKILL of a client mid-transaction), disk (the "
             "embedded broker's filesystem full; needs root to mount a small tmpfs, simulated "
             "without; not with --apache-kafka), kill-mirror (SIGKILL of the mirror's driver, "
-            "with --mirror); or all, or none.",
+            "with --mirror), lagging-failover (--apache-kafka: a partition's leader cut off "
+            "from the other nodes until alone in its ISR, then SIGKILLed and restarted once "
+            "another leader is elected; in all there); or all, or none.",
         ),
     ] = "all",
     seed: Annotated[
@@ -169,7 +171,8 @@ def verify_command(
     then a checker looks for aborted reads, lost writes, duplicates, inconsistent offsets,
     non-monotonic or skipping polls, torn transactions and offsets committed by aborted
     transactions. Exits 1 if it finds any. With --apache-kafka it is a Jepsen-style check of
-    Apache Kafka itself: the run starts the cluster and kills, pauses and isolates its nodes."""
+    Apache Kafka itself: the run starts the cluster and kills, pauses and isolates its nodes,
+    and strands a leader alone in its ISR before it fails over."""
     # Imported here so that the other commands start without loading the harness.
     from onceflow.verify.faults import parse_faults
     from onceflow.verify.harness import Progress, VerifyError, VerifyOptions, run_verify
@@ -193,7 +196,7 @@ def verify_command(
         raise UsageError("--nodes and --override need --apache-kafka.")
     settings = parse_settings(override or [])
     try:
-        kinds = parse_faults(faults, mirror)
+        kinds = parse_faults(faults, mirror, apache_kafka is not None)
     except ValueError as e:
         raise UsageError(f"Invalid --faults: {e}.") from None
     if workload not in ("default", "compacted"):

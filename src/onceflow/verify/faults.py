@@ -15,7 +15,11 @@ be injected). Kinds:
   the harness may mount one, else a full disk simulated in the broker's log layer);
 - kill-mirror (verify --mirror): SIGKILL of the mirror's driver (its process group: JVM and
   Python workers), restarted after a moment; with a mirror, kill picks the source or the
-  target broker at random.
+  target broker at random;
+- lagging-failover (verify --apache-kafka, 2+ nodes): its followers' fetches from the leader
+  of a workload partition cut until it is alone in its ISR, held so while the workload
+  writes, then the leader SIGKILLed and restarted once another leader is elected or a
+  deadline passed (lagging_failover.py): what loses acknowledged writes under unsafe settings.
 
 The broker faults (kill, disk, pausing the broker) need a broker the run manages: the embedded
 one, or (verify --apache-kafka) an Apache Kafka cluster, where kill and pause strike one node at
@@ -46,10 +50,15 @@ from onceflow.verify.proxy import KafkaProxy
 BROKER = "broker"  # history process and function of the broker's own exits and restarts
 KILL, PAUSE, PARTITION, CRASH_CLIENT, DISK = "kill", "pause", "partition", "crash-client", "disk"
 KILL_MIRROR = "kill-mirror"  # SIGKILL of the mirror's driver (verify --mirror)
+LAGGING_FAILOVER = "lagging-failover"  # a leader alone in its ISR, then killed
 TARGET_BROKER = "target broker"  # the mirror's target, a target of kill
 FAULT_KINDS = (KILL, PAUSE, PARTITION, CRASH_CLIENT, DISK)
-BROKER_ONLY = frozenset({KILL, DISK})  # need a broker the run manages
+# On a managed Apache Kafka cluster, `all` adds the composite node fault (the embedded
+# broker has no followers to lag).
+APACHE_KAFKA_FAULT_KINDS = (*FAULT_KINDS, LAGGING_FAILOVER)
+BROKER_ONLY = frozenset({KILL, DISK, LAGGING_FAILOVER})  # need a broker the run manages
 EMBEDDED_ONLY = frozenset({DISK})  # not on a managed Apache Kafka cluster
+APACHE_KAFKA_ONLY = frozenset({LAGGING_FAILOVER})  # not on the embedded broker
 
 
 class FaultError(RuntimeError):
@@ -60,15 +69,18 @@ class DiskUnavailableError(RuntimeError):
     """No small filesystem can be mounted here (no root, or mounts not allowed)."""
 
 
-def parse_faults(text: str, mirror: bool = False) -> tuple[str, ...]:
-    """`kill,pause` / `all` / `none` to fault kinds, in FAULT_KINDS order (kill-mirror last,
-    part of `all` with a mirror)."""
-    kinds = (*FAULT_KINDS, KILL_MIRROR)
+def parse_faults(text: str, mirror: bool = False, apache_kafka: bool = False) -> tuple[str, ...]:
+    """`kill,pause` / `all` / `none` to fault kinds, in FAULT_KINDS order (kill-mirror and
+    lagging-failover last; `all` has kill-mirror with a mirror, lagging-failover on Apache
+    Kafka)."""
+    kinds = (*FAULT_KINDS, KILL_MIRROR, LAGGING_FAILOVER)
     names = {n.strip() for n in text.split(",") if n.strip()}
     if names == {"none"} or not names:
         return ()
     if "all" in names:
-        return kinds if mirror else FAULT_KINDS
+        if apache_kafka:
+            return APACHE_KAFKA_FAULT_KINDS
+        return (*FAULT_KINDS, KILL_MIRROR) if mirror else FAULT_KINDS
     unknown = names - set(kinds)
     if unknown:
         raise ValueError(
@@ -98,6 +110,8 @@ class NodeFaults(Protocol):
     def restart(self, node: int) -> dict[str, Any]: ...
     def pause(self, node: int) -> dict[str, Any]: ...
     def resume(self, node: int) -> dict[str, Any]: ...
+    # lagging-failover: one for a workload partition drawn with rng (a LaggingFailover)
+    def lagging_failover(self, rng: random.Random) -> Any: ...
 
 
 class Mirror(Protocol):
@@ -416,6 +430,19 @@ class Nemesis:
             )
         if kind == PARTITION and t.proxy is not None:
             return self._partition(t.proxy)
+        if kind == LAGGING_FAILOVER and t.nodes is not None:
+            failover = t.nodes.lagging_failover(rng)
+            failover.interrupted = self._stop.is_set
+            # Held long enough for the workload to write to the lone leader.
+            plan = self._make(
+                f"leader of {failover.of}",
+                self._hold(2.0, 6.0),
+                failover.strand,
+                failover.fail_over,
+            )
+            plan["node_role"] = "partition leader"
+            plan["of"] = failover.of
+            return plan
         if kind == DISK and t.disk is not None:
             disk = t.disk
             return self._make(

@@ -46,11 +46,13 @@ from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.verify.checker import CheckResult, check
 from onceflow.verify.faults import (
+    APACHE_KAFKA_ONLY,
     BROKER_ONLY,
     DISK,
     EMBEDDED_ONLY,
     KILL,
     KILL_MIRROR,
+    LAGGING_FAILOVER,
     PARTITION,
     TARGET_BROKER,
     DiskUnavailableError,
@@ -253,18 +255,9 @@ def run_verify(
     history = History(history_path, start=started)
     rng = random.Random(options.seed)
     tag = secrets.token_hex(3)
-    unavailable: dict[str, str] = {}
     notes: list[str] = []
     errors: list[str] = []
-    kinds = list(options.faults)
-    if not options.managed:
-        for kind in BROKER_ONLY & set(kinds):
-            unavailable[kind] = "needs the embedded broker or --apache-kafka"
-        kinds = [k for k in kinds if k not in BROKER_ONLY]
-    elif not options.embedded:
-        for kind in EMBEDDED_ONLY & set(kinds):
-            unavailable[kind] = "does not apply to Apache Kafka"
-        kinds = [k for k in kinds if k not in EMBEDDED_ONLY]
+    kinds, unavailable = usable_faults(options)
     if options.mirror and not options.embedded:
         raise VerifyError("--mirror needs --embedded")
     if KILL_MIRROR in kinds and not options.mirror:
@@ -306,7 +299,9 @@ def run_verify(
                     work_dir / "target-data", settings, {}, work_dir, "target-broker", history
                 )
         elif distribution is not None:
-            kafka = _apache_kafka(options, distribution, work_dir, details)
+            kafka = _apache_kafka(
+                options, distribution, work_dir, details, links=LAGGING_FAILOVER in kinds
+            )
             report(Progress(f"starting Apache Kafka {kafka.version}", 0, options.duration_s))
             kafka.start()
             bootstrap = kafka.bootstrap
@@ -374,7 +369,9 @@ def run_verify(
         if kafka is not None:  # a writer's slot name is its transactional.id
             group = workload.copy_group if options.copiers else None
             writers = pool.names((PRODUCER, COPIER))
-            kafka.serve(WorkloadKeys(workload.all_partitions(), writers, group))
+            kafka.serve(
+                WorkloadKeys(workload.all_partitions(), writers, group, workload.data_partitions())
+            )
         pool.start_all()
 
         nemesis = Nemesis(
@@ -513,6 +510,31 @@ def run_verify(
     return run
 
 
+def usable_faults(options: VerifyOptions) -> tuple[list[str], dict[str, str]]:
+    """The fault kinds that apply to the run's target, and why each other one does not."""
+    unavailable: dict[str, str] = {}
+    kinds = list(options.faults)
+    if not options.managed:
+        for kind in BROKER_ONLY & set(kinds):
+            unavailable[kind] = (
+                "needs --apache-kafka"
+                if kind in APACHE_KAFKA_ONLY
+                else "needs the embedded broker or --apache-kafka"
+            )
+        kinds = [k for k in kinds if k not in BROKER_ONLY]
+    elif not options.embedded:
+        for kind in EMBEDDED_ONLY & set(kinds):
+            unavailable[kind] = "does not apply to Apache Kafka"
+        if LAGGING_FAILOVER in kinds and options.nodes < 2:
+            unavailable[LAGGING_FAILOVER] = "needs 2 or more nodes (followers to lag)"
+        kinds = [k for k in kinds if k not in EMBEDDED_ONLY and k not in unavailable]
+    else:
+        for kind in APACHE_KAFKA_ONLY & set(kinds):
+            unavailable[kind] = "does not apply to the embedded broker (no followers)"
+        kinds = [k for k in kinds if k not in APACHE_KAFKA_ONLY]
+    return kinds, unavailable
+
+
 def _broker(
     data_dir: Path,
     settings: dict[str, str],
@@ -530,11 +552,16 @@ def _broker(
 
 
 def _apache_kafka(
-    options: VerifyOptions, distribution: Distribution, work_dir: Path, details: dict[str, Any]
+    options: VerifyOptions,
+    distribution: Distribution,
+    work_dir: Path,
+    details: dict[str, Any],
+    links: bool = False,
 ) -> ManagedKafka:
-    """The run's Apache Kafka cluster (not started), its data and logs in work_dir/kafka."""
+    """The run's Apache Kafka cluster (not started), its data and logs in work_dir/kafka;
+    with `links` its nodes replicate through relays that can be cut (lagging-failover)."""
     kafka = ManagedKafka(
-        work_dir / "kafka", options.nodes, distribution, dict(options.kafka_settings)
+        work_dir / "kafka", options.nodes, distribution, dict(options.kafka_settings), links
     )
     details["apache_kafka"] = {
         "version": kafka.version,
@@ -549,6 +576,8 @@ def _kafka_end(kafka: ManagedKafka, details: dict[str, Any], errors: list[str]) 
     final reads (a node that died without a fault is an error of the run); False if the
     cluster does not come back."""
     details["node_faults"] = kafka.roles_chosen()
+    if kafka.failovers:
+        details["lagging_failovers"] = kafka.failover_outcomes()
     exited = kafka.exited_on_their_own()
     if exited:
         details["node_exits"] = exited

@@ -17,10 +17,14 @@ from pathlib import Path
 from signal import SIGKILL
 from typing import Any, Protocol
 
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
 from onceflow.apache_kafka import Distribution, KafkaCluster, KafkaClusterError, locate
 from onceflow.apache_kafka.cluster import HOST
+from onceflow.apache_kafka.links import LinkedKafkaCluster
 from onceflow.protocol.client import KafkaClientError
 from onceflow.verify.faults import FaultError
+from onceflow.verify.lagging_failover import LaggingFailover
 
 FETCHED = "fetched"  # --apache-kafka fetched: the pinned release, fetched with Maven once
 PARTITION_LEADER = "partition leader"
@@ -36,6 +40,13 @@ VERIFY_SETTINGS = {
     "log.segment.bytes": str(1 << 20),
 }
 LOOKUP_TIMEOUT_S = 10.0
+# How long a node may take to start or come back: a 3-node run on the shared 2-core machine
+# (load average 35) once saw a killed node take more than the cluster's default 120 s.
+NODE_START_TIMEOUT_S = 300.0
+# Kafka's defaults: how long a leader waits for a silent follower before it drops it from the
+# ISR, and the controller for a silent broker before it fences it (and elects other leaders).
+REPLICA_LAG_TIME_MAX_MS = 30_000
+BROKER_SESSION_TIMEOUT_MS = 9_000
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,8 @@ class WorkloadKeys:
     partitions: Sequence[tuple[str, int]]
     transactional_ids: Sequence[str]
     group: str | None  # None: no copiers, so no group to coordinate
+    # The partitions the producers write (lagging-failover strands one); none: any of them.
+    written: Sequence[tuple[str, int]] = ()
 
 
 def workload_roles(keys: WorkloadKeys) -> list[str]:
@@ -133,15 +146,20 @@ class ManagedKafka:
         nodes: int,
         distribution: Distribution,
         overrides: Mapping[str, str],
+        links: bool = False,
     ) -> None:
-        self.cluster = KafkaCluster(
+        """`links`: the nodes replicate through relays that can be cut (lagging-failover)."""
+        make = LinkedKafkaCluster if links else KafkaCluster
+        self.cluster = make(
             directory,
             nodes,
             distribution=distribution,
             settings={**VERIFY_SETTINGS, **overrides},
+            start_timeout_s=NODE_START_TIMEOUT_S,
         )
         self.serve(WorkloadKeys((), (), None))
         self.chosen: list[NodeChoice] = []
+        self.failovers: list[LaggingFailover] = []
 
     def serve(self, keys: WorkloadKeys) -> None:
         """The workload whose partitions, transactional ids and group choose the nodes."""
@@ -203,7 +221,72 @@ class ManagedKafka:
         self.cluster.resume(node)
         return {}
 
+    def lagging_failover(self, rng: random.Random) -> LaggingFailover:
+        """A lagging failover of one of the workload's partitions, drawn with rng: its
+        deadlines from the cluster's replica.lag.time.max.ms and broker.session.timeout.ms."""
+        if not self.keys.partitions or not isinstance(self.cluster, LinkedKafkaCluster):
+            raise FaultError("lagging-failover needs the workload's partitions and cut links")
+        topic, partition = rng.choice(list(self.keys.written or self.keys.partitions))
+        lag_s = self._setting_ms("replica.lag.time.max.ms", REPLICA_LAG_TIME_MAX_MS) / 1000
+        session_s = self._setting_ms("broker.session.timeout.ms", BROKER_SESSION_TIMEOUT_MS) / 1000
+        failover = LaggingFailover(
+            self,
+            topic,
+            partition,
+            isr_timeout_s=2 * lag_s + 30,
+            leader_timeout_s=session_s + 20,
+        )
+        self.failovers.append(failover)
+        return failover
+
+    def _setting_ms(self, name: str, default: int) -> int:
+        return int(self.cluster.settings.get(name, default))
+
+    # -- lagging_failover.FailoverCluster -----------------------------------------------------
+
+    def leader(self, topic: str, partition: int) -> int:
+        return self.cluster.leader(topic, partition)
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        return self.cluster.isr(topic, partition)
+
+    def high_watermark(self, topic: str, partition: int) -> int:
+        """The partition's high watermark as its leader tells it now (-1 if it cannot)."""
+        # A group is required by the client; never joined (no subscribe, no commit).
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "onceflow-verify-watermarks",
+                "enable.auto.commit": False,
+                "log_level": 0,
+            }
+        )
+        try:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=5, cached=False
+            )
+            return int(high)
+        except KafkaException:
+            return -1
+        finally:
+            consumer.close()
+
+    def isolate(self, node: int) -> None:
+        assert isinstance(self.cluster, LinkedKafkaCluster)
+        # Only the fetches: transaction markers still reach it, so the workload writes on
+        # (a leader nobody writes to keeps its idle followers in sync).
+        self.cluster.isolate(node, fetches_only=True)
+
+    def reconnect(self, node: int) -> None:
+        assert isinstance(self.cluster, LinkedKafkaCluster)
+        self.cluster.reconnect(node)
+
     # -- the end of a run ---------------------------------------------------------------------
+
+    def failover_outcomes(self) -> list[dict[str, Any]]:
+        """Each lagging failover: its partition, what its steps found (as in the nemesis's
+        events in the history) and the steps done."""
+        return [{"of": f.of, **f.outcome, "steps": f.steps} for f in self.failovers]
 
     def exited_on_their_own(self) -> dict[int, int]:
         """Nodes that exited other than by the nemesis's SIGKILL: node -> exit code."""
