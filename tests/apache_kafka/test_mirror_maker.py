@@ -1,0 +1,311 @@
+"""Apache Kafka's MirrorMaker 2 (4.3.1, dedicated mode, KIP-618 exactly-once on the target) from
+one onceflow broker to another, unchanged: exact through a SIGKILL of its JVM; and its
+checkpoints and onceflow's mirror's are read by the other side's reader (the same bytes).
+
+One scenario per module (mirrored): transactional producers write the source (every fourth
+transaction aborted) the whole time MirrorMaker runs, is SIGKILLed while it copies, and runs
+again; a consumer group commits a position in the source, which MirrorMaker translates."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from onceflow.apache_kafka.distribution import Distribution
+from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.mirror.checkpoints import checkpoints_topic
+from onceflow.mirror.group_sync import GroupSync, Translation
+from onceflow.mirror.remote_offsets import remote_consumer_offsets
+from onceflow.mirror.replication_policy import ReplicationPolicy
+from tests.apache_kafka.exactly_once import transactional_producer, write_transaction
+from tests.apache_kafka.mirror_maker import MirrorMaker, require_mirror_maker
+from tests.confluent import QUIET
+from tests.waiting import wait_for
+
+TOPIC = "orders"
+MIRRORED = f"source.{TOPIC}"  # MM2's DefaultReplicationPolicy: {source alias}.{topic}
+PARTITIONS = 2
+GROUP = "app"
+# A JVM's start, Connect's group and KIP-618's fencing on a loaded 2-core machine.
+START_S = 240.0
+PER_TXN = 10
+JAVA_SOURCE = Path(__file__).parent / "java" / "RemoteOffsets.java"
+
+Record = tuple[int, int, bytes]  # (partition, offset, value)
+
+
+def read_all(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Record]:
+    """Every record a read_committed reader gets, from the start to the ends as they are now."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            **QUIET,
+        }
+    )
+    try:
+        tps = [TopicPartition(topic, p, 0) for p in range(PARTITIONS)]
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
+        consumer.assign(tps)
+        records: list[Record] = []
+        at_end: set[int] = set()
+        wait_for(
+            lambda: len(at_end) == PARTITIONS,
+            timeout,
+            lambda: f"{topic} read to its ends {ends}",
+            poll=lambda: _take(consumer, records, at_end, ends),
+        )
+        return records
+    finally:
+        consumer.close()
+
+
+def _take(consumer: Consumer, records: list[Record], at_end: set[int], ends: dict) -> None:
+    for msg in consumer.consume(500, timeout=0.5):
+        error = msg.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                raise AssertionError(f"read_committed: {error}")
+            if msg.offset() >= ends[msg.partition()]:
+                at_end.add(msg.partition())
+            continue
+        records.append((msg.partition(), msg.offset(), msg.value()))
+
+
+class Follower:
+    """A read_committed reader of the mirrored topic that keeps reading: how much is there."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"follower-{uuid.uuid4().hex[:8]}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "topic.metadata.refresh.interval.ms": 1000,
+                **QUIET,
+            }
+        )
+        self.consumer.subscribe([MIRRORED])
+        self.seen: Counter[bytes] = Counter()
+
+    def poll(self) -> None:
+        for msg in self.consumer.consume(500, timeout=0.5):
+            if msg.error() is None:
+                self.seen[msg.value()] += 1
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@dataclass
+class Writer:
+    """Transactions into the source until stopped, every fourth aborted."""
+
+    bootstrap: str
+    committed: list[bytes] = field(default_factory=list)
+    aborted: list[bytes] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            producer = transactional_producer(self.bootstrap, "mm2-writer")
+            n = 0
+            while not self.stop.is_set():
+                values = [b"t%d-%d" % (n, i) for i in range(PER_TXN)]
+                commit = n % 4 != 3
+                done = write_transaction(
+                    producer, TOPIC, values, partitions=range(PARTITIONS), commit=commit
+                )
+                (self.committed if done else self.aborted).extend(values)
+                n += 1
+                self.stop.wait(0.02)  # pacing: a steady stream, not a flood on 2 shared cores
+            producer.flush(30)
+        except BaseException as e:  # reported by the test, which fails naming it
+            self.failure = e
+
+
+@dataclass
+class Mirrored:
+    source: EmbeddedBroker
+    target: EmbeddedBroker
+    mirror_maker: MirrorMaker
+    libs: Distribution
+    writer: Writer
+    copied_before_kill: int
+    group_offsets: dict[int, int]  # the group's committed source offsets
+    source_records: list[Record]
+    target_records: list[Record]
+
+
+def remote_offsets_java(libs: Distribution, bootstrap: str, alias: str, group: str) -> dict:
+    """{(topic, partition): offset} as MM2's RemoteClusterUtils.translateOffsets says."""
+    command = libs.command(str(JAVA_SOURCE), bootstrap, alias, group)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, f"RemoteOffsets.java: {done.stderr[-3000:]}"
+    offsets = {}
+    for line in done.stdout.split("\n"):
+        if line.strip():
+            topic, partition, offset = line.split()
+            offsets[(topic, int(partition))] = int(offset)
+    return offsets
+
+
+@pytest.fixture(scope="module")
+def mirrored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirrored]:
+    libs = require_mirror_maker()
+    root = tmp_path_factory.mktemp("mm2")
+    settings = {"group.initial.rebalance.delay.ms": "0"}
+    source = EmbeddedBroker(root / "source", settings=settings).start()
+    target = EmbeddedBroker(root / "target", settings=settings).start()
+    mm2 = MirrorMaker(
+        root / "mirror-maker", libs, source=source.bootstrap, target=target.bootstrap, topics=TOPIC
+    )
+    writer = Writer(source.bootstrap)
+    thread = threading.Thread(target=writer.run, name="mm2-writer", daemon=True)
+    follower: Follower | None = None
+    try:
+        admin = AdminClient({"bootstrap.servers": source.bootstrap, **QUIET})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(timeout=30)
+        thread.start()
+        mm2.start()
+        follower = Follower(target.bootstrap)
+
+        def copied(at_least: int) -> bool:
+            assert writer.failure is None, f"the writer failed: {writer.failure!r}"
+            assert mm2.running(), f"MirrorMaker exited:\n{mm2.tail()}"
+            return sum(follower.seen.values()) >= at_least  # type: ignore[union-attr]
+
+        what = lambda: f"MirrorMaker to copy; it has {sum(follower.seen.values())}\n{mm2.tail()}"  # noqa: E731
+        wait_for(lambda: copied(200), START_S, what, poll=follower.poll)
+        # SIGKILLed while it copies: the writer keeps writing, transactions are in flight
+        mm2.kill()
+        before_kill = sum(follower.seen.values())
+        backlog = len(writer.committed) + 100
+        wait_for(lambda: len(writer.committed) >= backlog, 60, "the writer to write on")
+        mm2.start()
+        wait_for(lambda: copied(before_kill + 300), START_S, what, poll=follower.poll)
+        writer.stop.set()
+        thread.join(timeout=120)
+        assert writer.failure is None, f"the writer failed: {writer.failure!r}"
+        every = set(writer.committed)
+        wait_for(lambda: every <= follower.seen.keys(), 120, what, poll=follower.poll)  # type: ignore[union-attr]
+
+        # The group has read half of each partition: its position, as a consumer commits it.
+        source_records = read_all(source.bootstrap, TOPIC)
+        group_offsets = {}
+        for p in range(PARTITIONS):
+            mine = [offset for partition, offset, _ in source_records if partition == p]
+            group_offsets[p] = mine[len(mine) // 2]
+        committer = Consumer({"bootstrap.servers": source.bootstrap, "group.id": GROUP, **QUIET})
+        committer.commit(
+            offsets=[TopicPartition(TOPIC, p, o) for p, o in group_offsets.items()],
+            asynchronous=False,
+        )
+        committer.close()
+
+        def checkpointed() -> bool:
+            found = remote_consumer_offsets(
+                {"bootstrap.servers": target.bootstrap}, "source", GROUP
+            )
+            return {
+                p: c.upstream_offset for (t, p), c in found.items() if t == MIRRORED
+            } == group_offsets
+
+        wait_for(checkpointed, 120, lambda: f"MM2's checkpoints of {GROUP}\n{mm2.tail()}")
+        yield Mirrored(
+            source,
+            target,
+            mm2,
+            libs,
+            writer,
+            before_kill,
+            group_offsets,
+            source_records,
+            read_all(target.bootstrap, MIRRORED),
+        )
+    finally:
+        writer.stop.set()
+        if follower is not None:
+            follower.close()
+        mm2.stop()
+        thread.join(timeout=60)
+        target.stop()
+        source.stop()
+
+
+@pytest.mark.timeout(900)
+def test_every_committed_record_is_mirrored_once_through_a_sigkill(mirrored: Mirrored) -> None:
+    copied = Counter(value for _, _, value in mirrored.target_records)
+    committed = mirrored.writer.committed
+    duplicated = {v: n for v, n in copied.items() if n > 1}
+    assert not duplicated, f"{len(duplicated)} records mirrored twice, e.g. {list(duplicated)[:5]}"
+    aborted = set(mirrored.writer.aborted) & copied.keys()
+    assert not aborted, f"{len(aborted)} aborted records mirrored, e.g. {sorted(aborted)[:5]}"
+    missing = set(committed) - copied.keys()
+    assert not missing, f"{len(missing)} committed records not mirrored: {sorted(missing)[:5]}"
+    assert copied == Counter(committed)
+    # the kill fell mid-run: some records were copied before it and many after it
+    assert 0 < mirrored.copied_before_kill < len(committed)
+    assert mirrored.mirror_maker.starts == 2
+    # partition for partition, in the source's order
+    for p in range(PARTITIONS):
+        source = [v for partition, _, v in mirrored.source_records if partition == p]
+        target = [v for partition, _, v in mirrored.target_records if partition == p]
+        assert target == source, f"partition {p}: the order differs"
+
+
+def test_onceflow_reads_mirror_makers_checkpoints_and_loses_nothing(mirrored: Mirrored) -> None:
+    """onceflow's reader (remote_consumer_offsets) and MM2's own (RemoteClusterUtils) agree on
+    MM2's checkpoints; from the translated offsets a consumer reads every record after the
+    group's source position (MM2 translates at least once: it may read some again)."""
+    target = {"bootstrap.servers": mirrored.target.bootstrap}
+    ours = remote_consumer_offsets(target, "source", GROUP)
+    java = remote_offsets_java(mirrored.libs, mirrored.target.bootstrap, "source", GROUP)
+    assert {tp: c.offset for tp, c in ours.items()} == java
+    for p, upstream in mirrored.group_offsets.items():
+        checkpoint = ours[(MIRRORED, p)]
+        assert checkpoint.upstream_offset == upstream
+        after = {v for q, o, v in mirrored.source_records if q == p and o >= upstream}
+        read = {v for q, o, v in mirrored.target_records if q == p and o >= checkpoint.offset}
+        assert after <= read, f"partition {p}: {len(after - read)} records skipped"
+
+
+def test_mirror_maker_reads_onceflows_checkpoints(mirrored: Mirrored) -> None:
+    """Checkpoints as onceflow's mirror writes them (GroupSync.checkpoint) are what MM2's
+    RemoteClusterUtils.translateOffsets reads."""
+    bootstrap = mirrored.target.bootstrap
+    sync = GroupSync(
+        source_client={"bootstrap.servers": mirrored.source.bootstrap},
+        target_client={"bootstrap.servers": bootstrap},
+        policy=ReplicationPolicy(alias="eu"),
+        topics=TOPIC,
+        groups="shop",
+    )
+    try:
+        sync.checkpoint(
+            "shop",
+            {
+                ("eu.orders", 0): Translation(source_offset=40, target_offset=37, metadata="m"),
+                ("eu.orders", 1): Translation(source_offset=12, target_offset=9, metadata=""),
+            },
+        )
+    finally:
+        sync.close()
+    assert checkpoints_topic("eu") == "eu.checkpoints.internal"
+    java = remote_offsets_java(mirrored.libs, bootstrap, "eu", "shop")
+    assert java == {("eu.orders", 0): 37, ("eu.orders", 1): 9}
