@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.apache_kafka.distribution import Distribution
@@ -43,13 +43,15 @@ JAVA_SOURCE = Path(__file__).parent / "java" / "RemoteOffsets.java"
 Record = tuple[int, int, bytes]  # (partition, offset, value)
 
 
-def read_all(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Record]:
-    """Every record a read_committed reader gets, from the start to the ends as they are now."""
+def read_all(
+    bootstrap: str, topic: str, isolation: str = "read_committed", timeout: float = 60.0
+) -> list[Record]:
+    """Every record a reader gets, from the start to the ends as they are now."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             **QUIET,
@@ -77,7 +79,7 @@ def _take(consumer: Consumer, records: list[Record], at_end: set[int], ends: dic
         error = msg.error()
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
-                raise AssertionError(f"read_committed: {error}")
+                raise AssertionError(f"reading: {error}")
             if msg.offset() >= ends[msg.partition()]:
                 at_end.add(msg.partition())
             continue
@@ -127,16 +129,26 @@ class Writer:
             n = 0
             while not self.stop.is_set():
                 values = [b"t%d-%d" % (n, i) for i in range(PER_TXN)]
-                commit = n % 4 != 3
-                done = write_transaction(
-                    producer, TOPIC, values, partitions=range(PARTITIONS), commit=commit
-                )
-                (self.committed if done else self.aborted).extend(values)
+                if n % 4 == 3:
+                    self.abort(producer, values)
+                else:
+                    done = write_transaction(producer, TOPIC, values, partitions=range(PARTITIONS))
+                    (self.committed if done else self.aborted).extend(values)
                 n += 1
                 self.stop.wait(0.02)  # pacing: a steady stream, not a flood on 2 shared cores
             producer.flush(30)
         except BaseException as e:  # reported by the test, which fails naming it
             self.failure = e
+
+    def abort(self, producer: Producer, values: list[bytes]) -> None:
+        """An aborted transaction whose records are in the log (librdkafka's abort purges what
+        it has not sent yet: then there would be nothing aborted to leave out)."""
+        producer.begin_transaction()
+        for i, value in enumerate(values):
+            producer.produce(TOPIC, value=value, partition=i % PARTITIONS)
+        assert producer.flush(30) == 0, "the aborted transaction's records were not written"
+        producer.abort_transaction(60)
+        self.aborted.extend(values)
 
 
 @dataclass
@@ -261,6 +273,12 @@ def test_every_committed_record_is_mirrored_once_through_a_sigkill(mirrored: Mir
     assert copied == Counter(committed)
     # the kill fell mid-run: some records were copied before it and many after it
     assert 0 < mirrored.copied_before_kill < len(committed)
+    # the aborted records are in the source's log, for a read_uncommitted reader to copy
+    logged = {
+        value for _, _, value in read_all(mirrored.source.bootstrap, TOPIC, "read_uncommitted")
+    }
+    assert set(mirrored.writer.aborted) <= logged
+    assert len(mirrored.writer.aborted) >= 50
     assert mirrored.mirror_maker.starts == 2
     # partition for partition, in the source's order
     for p in range(PARTITIONS):
