@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.apache_kafka.distribution import Distribution
@@ -26,7 +26,11 @@ from onceflow.mirror.checkpoints import checkpoints_topic
 from onceflow.mirror.group_sync import GroupSync, Translation
 from onceflow.mirror.remote_offsets import remote_consumer_offsets
 from onceflow.mirror.replication_policy import ReplicationPolicy
-from tests.apache_kafka.exactly_once import transactional_producer, write_transaction
+from tests.apache_kafka.exactly_once import (
+    read_committed,
+    transactional_producer,
+    write_transaction,
+)
 from tests.apache_kafka.mirror_maker import MirrorMaker, require_mirror_maker
 from tests.confluent import QUIET
 from tests.waiting import wait_for
@@ -38,7 +42,7 @@ GROUP = "app"
 # A JVM's start, Connect's group and KIP-618's fencing on a loaded 2-core machine.
 START_S = 240.0
 PER_TXN = 10
-JAVA_SOURCE = Path(__file__).parent / "java" / "RemoteOffsets.java"
+JAVA = Path(__file__).parent / "java"
 
 Record = tuple[int, int, bytes]  # (partition, offset, value)
 
@@ -164,13 +168,18 @@ class Mirrored:
     target_records: list[Record]
 
 
+def run_java(libs: Distribution, program: str, *args: str) -> str:
+    """A program of tests/apache_kafka/java run in Java's source-file mode on MM2's jars."""
+    command = libs.command(str(JAVA / program), *args)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, f"{program}: {done.stderr[-3000:]}"
+    return done.stdout
+
+
 def remote_offsets_java(libs: Distribution, bootstrap: str, alias: str, group: str) -> dict:
     """{(topic, partition): offset} as MM2's RemoteClusterUtils.translateOffsets says."""
-    command = libs.command(str(JAVA_SOURCE), bootstrap, alias, group)
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
-    assert done.returncode == 0, f"RemoteOffsets.java: {done.stderr[-3000:]}"
     offsets = {}
-    for line in done.stdout.split("\n"):
+    for line in run_java(libs, "RemoteOffsets.java", bootstrap, alias, group).split("\n"):
         if line.strip():
             topic, partition, offset = line.split()
             offsets[(topic, int(partition))] = int(offset)
@@ -301,6 +310,46 @@ def test_onceflow_reads_mirror_makers_checkpoints_and_loses_nothing(mirrored: Mi
         after = {v for q, o, v in mirrored.source_records if q == p and o >= upstream}
         read = {v for q, o, v in mirrored.target_records if q == p and o >= checkpoint.offset}
         assert after <= read, f"partition {p}: {len(after - read)} records skipped"
+    # sync.group.offsets.enabled: MM2 commits the translations to the group on the target
+    consumer = Consumer({**target, "group.id": GROUP, **QUIET})
+    try:
+
+        def synced() -> dict:
+            tps = [TopicPartition(MIRRORED, p) for p in range(PARTITIONS)]
+            return {
+                (tp.topic, tp.partition): tp.offset for tp in consumer.committed(tps, timeout=30)
+            }
+
+        wanted = {tp: c.offset for tp, c in ours.items()}
+        wait_for(lambda: synced() == wanted, 60, lambda: f"group offsets {synced()} to be {wanted}")
+    finally:
+        consumer.close()
+
+
+def test_connects_zombie_fencing_aborts_an_open_transaction(mirrored: Mirrored) -> None:
+    """KIP-618: before a source connector's new task generation starts, Connect's leader fences
+    the old tasks' transactional ids with Admin.fenceProducers (InitProducerId, no API of its
+    own). On onceflow as on Kafka it bumps the epoch, aborts what the zombie had open, and the
+    zombie's commit is refused."""
+    bootstrap = mirrored.target.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic("zombie-output", 1, 1)])["zombie-output"].result(timeout=30)
+    zombie = transactional_producer(bootstrap, "source-mm2-zombie-0")
+    zombie.begin_transaction()
+    zombie.produce("zombie-output", b"from the zombie", partition=0)
+    assert zombie.flush(30) == 0
+    out = run_java(mirrored.libs, "FenceProducers.java", bootstrap, "source-mm2-zombie-0")
+    transactional_id, _producer_id, epoch = out.split()
+    assert transactional_id == "source-mm2-zombie-0" and int(epoch) >= 1, out
+    with pytest.raises(KafkaException) as refused:
+        zombie.commit_transaction(30)
+    assert refused.value.args[0].code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    ), refused.value
+    # the open transaction was aborted: a read_committed reader gets past it, and nothing
+    assert read_committed(bootstrap, "zombie-output", 1) == {}
 
 
 def test_mirror_maker_reads_onceflows_checkpoints(mirrored: Mirrored) -> None:
