@@ -81,7 +81,8 @@ refresh.topics.interval.seconds = 2
 refresh.groups.interval.seconds = 2
 # an offset sync for every record, so translations are as close as MM2's can be
 offset.lag.max = 0
-sync.topic.acls.enabled = false
+# ACL sync left on: onceflow without an authorizer answers DescribeAcls SECURITY_DISABLED, as
+# Kafka does, and MM2 logs that it syncs no ACLs
 offset.flush.interval.ms = 1000
 # a SIGKILLed worker's tasks go to the restarted one without Connect's 5-minute wait
 scheduled.rebalance.max.delay.ms = 0

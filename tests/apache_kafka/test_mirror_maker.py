@@ -8,6 +8,7 @@ again; a consumer group commits a position in the source, which MirrorMaker tran
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import threading
 import uuid
@@ -280,6 +281,10 @@ def test_every_committed_record_is_mirrored_once_through_a_sigkill(mirrored: Mir
     missing = set(committed) - copied.keys()
     assert not missing, f"{len(missing)} committed records not mirrored: {sorted(missing)[:5]}"
     assert copied == Counter(committed)
+    print(
+        f"mirrored {len(committed)} committed records once, {len(mirrored.writer.aborted)}"
+        f" aborted ones not at all; {mirrored.copied_before_kill} were copied before the SIGKILL"
+    )
     # the kill fell mid-run: some records were copied before it and many after it
     assert 0 < mirrored.copied_before_kill < len(committed)
     # the aborted records are in the source's log, for a read_uncommitted reader to copy
@@ -324,6 +329,59 @@ def test_onceflow_reads_mirror_makers_checkpoints_and_loses_nothing(mirrored: Mi
         wait_for(lambda: synced() == wanted, 60, lambda: f"group offsets {synced()} to be {wanted}")
     finally:
         consumer.close()
+
+
+def mm2_offset_syncs(bootstrap: str) -> list[tuple[str, int, int, int]]:
+    """MM2's offset syncs, (topic, partition, upstream, downstream), decoded from its own
+    format: key = topic STRING (INT16 length, UTF-8), partition INT32; value = upstreamOffset
+    INT64, downstreamOffset INT64 (connect-mirror-client's OffsetSync)."""
+    syncs = []
+    for _, _, key, value in read_keyed(bootstrap, "mm2-offset-syncs.target.internal"):
+        (size,) = struct.unpack_from(">h", key, 0)
+        topic = key[2 : 2 + size].decode()
+        (partition,) = struct.unpack_from(">i", key, 2 + size)
+        upstream, downstream = struct.unpack(">qq", value)
+        syncs.append((topic, partition, upstream, downstream))
+    return syncs
+
+
+def read_keyed(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, bytes]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "enable.partition.eof": True,
+            **QUIET,
+        }
+    )
+    try:
+        tp = TopicPartition(topic, 0, 0)
+        end = consumer.get_watermark_offsets(tp, timeout=10)[1]
+        consumer.assign([tp])
+        out: list[tuple[int, int, bytes, bytes]] = []
+        while end > 0 and (not out or out[-1][1] < end - 1):
+            msg = consumer.poll(30)
+            assert msg is not None, f"{topic}: nothing more before offset {end}"
+            if msg.error() is None:
+                out.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+        return out
+    finally:
+        consumer.close()
+
+
+def test_mirror_makers_offset_syncs_pair_the_offsets_of_one_record(mirrored: Mirrored) -> None:
+    """MM2's offset syncs are not onceflow's format (see the README): one (upstream, downstream)
+    pair now and then, in `mm2-offset-syncs.target.internal` on the source, where onceflow's
+    mirror writes runs into `onceflow-offset-syncs.{alias}.internal` on the target. Each pair
+    MM2 wrote on onceflow names the same record on both sides."""
+    source = {(p, o): v for p, o, v in mirrored.source_records}
+    target = {(p, o): v for p, o, v in mirrored.target_records}
+    syncs = [s for s in mm2_offset_syncs(mirrored.source.bootstrap) if s[0] == TOPIC]
+    assert syncs, "MM2 wrote no offset syncs"
+    for _, partition, upstream, downstream in syncs:
+        assert source[(partition, upstream)] == target[(partition, downstream)], (
+            f"orders/{partition}: sync {upstream}->{downstream} pairs two records"
+        )
 
 
 def test_connects_zombie_fencing_aborts_an_open_transaction(mirrored: Mirrored) -> None:
