@@ -315,6 +315,10 @@ def test_onceflow_reads_mirror_makers_checkpoints_and_loses_nothing(mirrored: Mi
         after = {v for q, o, v in mirrored.source_records if q == p and o >= upstream}
         read = {v for q, o, v in mirrored.target_records if q == p and o >= checkpoint.offset}
         assert after <= read, f"partition {p}: {len(after - read)} records skipped"
+        print(
+            f"orders/{p}: group at {upstream}, MM2's checkpoint: {checkpoint.offset}, read again:"
+        )
+        print(f"  {len(read - after)} of {len(read)} records")
     # sync.group.offsets.enabled: MM2 commits the translations to the group on the target
     consumer = Consumer({**target, "group.id": GROUP, **QUIET})
     try:

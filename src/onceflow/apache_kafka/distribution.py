@@ -3,7 +3,8 @@ with Maven into a cache outside git (~/.cache/onceflow/apache-kafka/<version>/li
 
 MirrorMaker 2 is a set of its own (mirror-maker.pom.xml, fetched into
 <version>-mirror-maker/libs): the registry serves connect-mirror only up to 4.3.1, and 4.3.1's
-jars beside 4.4.0's clients fail (NoClassDefFoundError: classes moved between modules in 4.4)."""
+jars beside 4.4.0's fail (NoClassDefFoundError: 4.4.0 moved classes 4.3.1 uses, such as
+common.utils.AppInfoParser)."""
 
 from __future__ import annotations
 
