@@ -27,6 +27,7 @@ from onceflow.mirror.checkpoints import checkpoints_topic
 from onceflow.mirror.group_sync import GroupSync, Translation
 from onceflow.mirror.remote_offsets import remote_consumer_offsets
 from onceflow.mirror.replication_policy import ReplicationPolicy
+from tests.admin_requests import TxnDescription, describe_transactions
 from tests.apache_kafka.exactly_once import (
     read_committed,
     transactional_producer,
@@ -36,6 +37,10 @@ from tests.apache_kafka.mirror_maker import MirrorMaker, require_mirror_maker
 from tests.confluent import QUIET
 from tests.waiting import wait_for
 
+# The module's scenario is set up by whichever test runs first (pytest-randomly): each may
+# need the time of two JVM starts on a loaded machine.
+pytestmark = pytest.mark.timeout(900)
+
 TOPIC = "orders"
 MIRRORED = f"source.{TOPIC}"  # MM2's DefaultReplicationPolicy: {source alias}.{topic}
 PARTITIONS = 2
@@ -44,6 +49,7 @@ GROUP = "app"
 START_S = 240.0
 PER_TXN = 10
 JAVA = Path(__file__).parent / "java"
+TASK_TRANSACTIONAL_ID = "source-mm2-MirrorSourceConnector-0"
 
 Record = tuple[int, int, bytes]  # (partition, offset, value)
 
@@ -89,6 +95,14 @@ def _take(consumer: Consumer, records: list[Record], at_end: set[int], ends: dic
                 at_end.add(msg.partition())
             continue
         records.append((msg.partition(), msg.offset(), msg.value()))
+
+
+def open_task_transaction(bootstrap: str) -> TxnDescription | None:
+    """MM2's task transaction (Connect's id: `{group}-{connector}-{task}`, the group being
+    `{source alias}-mm2`) while it is open on the mirrored topic."""
+    found = describe_transactions(bootstrap, [TASK_TRANSACTIONAL_ID])[TASK_TRANSACTIONAL_ID]
+    on_topic = any(topic == MIRRORED for topic, _ in found.partitions)
+    return found if found.transaction_state == "Ongoing" and on_topic else None
 
 
 class Follower:
@@ -164,6 +178,7 @@ class Mirrored:
     libs: Distribution
     writer: Writer
     copied_before_kill: int
+    killed_in: TxnDescription  # MM2's task transaction, open when the SIGKILL came
     group_offsets: dict[int, int]  # the group's committed source offsets
     source_records: list[Record]
     target_records: list[Record]
@@ -214,7 +229,13 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirrored]:
 
         what = lambda: f"MirrorMaker to copy; it has {sum(follower.seen.values())}\n{mm2.tail()}"  # noqa: E731
         wait_for(lambda: copied(200), START_S, what, poll=follower.poll)
-        # SIGKILLed while it copies: the writer keeps writing, transactions are in flight
+        # SIGKILLed while it copies, inside one of its transactions: the writer keeps writing
+        killed_in = wait_for(
+            lambda: open_task_transaction(target.bootstrap),
+            120,
+            lambda: f"MirrorMaker's task to open a transaction\n{mm2.tail()}",
+            interval=0.002,
+        )
         mm2.kill()
         before_kill = sum(follower.seen.values())
         backlog = len(writer.committed) + 100
@@ -256,6 +277,7 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirrored]:
             libs,
             writer,
             before_kill,
+            killed_in,
             group_offsets,
             source_records,
             read_all(target.bootstrap, MIRRORED),
@@ -270,7 +292,6 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirrored]:
         source.stop()
 
 
-@pytest.mark.timeout(900)
 def test_every_committed_record_is_mirrored_once_through_a_sigkill(mirrored: Mirrored) -> None:
     copied = Counter(value for _, _, value in mirrored.target_records)
     committed = mirrored.writer.committed
@@ -287,6 +308,18 @@ def test_every_committed_record_is_mirrored_once_through_a_sigkill(mirrored: Mir
     )
     # the kill fell mid-run: some records were copied before it and many after it
     assert 0 < mirrored.copied_before_kill < len(committed)
+    # the transaction the SIGKILL left open was ended (by the restarted task's fencing) and the
+    # task went on with a newer epoch
+    now = describe_transactions(mirrored.target.bootstrap, [TASK_TRANSACTIONAL_ID])
+    after = now[TASK_TRANSACTIONAL_ID]
+    killed = mirrored.killed_in
+    assert (after.producer_id, after.producer_epoch) > (killed.producer_id, killed.producer_epoch)
+    in_log = len(read_all(mirrored.target.bootstrap, MIRRORED, "read_uncommitted"))
+    print(
+        f"the SIGKILL came inside MM2's transaction at epoch {killed.producer_epoch} on"
+        f" {sorted(killed.partitions)}; the target's log holds {in_log - len(copied)} records"
+        " of MM2's aborted transactions"
+    )
     # the aborted records are in the source's log, for a read_uncommitted reader to copy
     logged = {
         value for _, _, value in read_all(mirrored.source.bootstrap, TOPIC, "read_uncommitted")
