@@ -1,4 +1,5 @@
-"""`python -m onceflow.apache_kafka fetch`: fetch the pinned Apache Kafka once into the cache.
+"""`python -m onceflow.apache_kafka fetch`: fetch the pinned Apache Kafka once into the cache, and
+MirrorMaker 2's own set beside it (unless --version names another release).
 `python -m onceflow.apache_kafka run DIR --nodes 3`: run a cluster there until interrupted."""
 
 from __future__ import annotations
@@ -9,7 +10,14 @@ import sys
 import time
 
 from onceflow.apache_kafka.cluster import KafkaCluster
-from onceflow.apache_kafka.distribution import MissingTool, cached_libs, fetch, pinned_version
+from onceflow.apache_kafka.distribution import (
+    MissingTool,
+    cached_libs,
+    fetch,
+    mirror_maker_jars,
+    mirror_maker_version,
+    pinned_version,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,12 +31,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "fetch":
-            version = args.version or pinned_version()
-            cached = cached_libs(version)
-            started = time.monotonic()
-            libs = cached or fetch(version)
-            took = "already cached" if cached else f"fetched in {time.monotonic() - started:.1f} s"
-            print(f"Apache Kafka {version}: {libs} ({took})")
+            sets = [(args.version or pinned_version(), None)]
+            if args.version is None:  # MirrorMaker 2 tests need its set too (.ci/run calls this)
+                sets.append((mirror_maker_version(), mirror_maker_jars()))
+            for version, jars in sets:
+                cached = cached_libs(version, jars)
+                started = time.monotonic()
+                libs = cached or fetch(version, jars=jars)
+                took = (
+                    "already cached" if cached else f"fetched in {time.monotonic() - started:.1f} s"
+                )
+                name = "Apache Kafka" if jars is None else jars.name
+                print(f"{name} {version}: {libs} ({took})")
             return 0
         with KafkaCluster(args.directory, args.nodes) as cluster:
             stop = {signal.SIGINT, signal.SIGTERM}

@@ -1,5 +1,10 @@
 """Apache Kafka's jars: a binary distribution's libs/, or the pom beside this module fetched once
-with Maven into a cache outside git (~/.cache/onceflow/apache-kafka/<version>/libs)."""
+with Maven into a cache outside git (~/.cache/onceflow/apache-kafka/<version>/libs).
+
+MirrorMaker 2 is a set of its own (mirror-maker.pom.xml, fetched into
+<version>-mirror-maker/libs): the registry serves connect-mirror only up to 4.3.1, and 4.3.1's
+jars beside 4.4.0's fail (NoClassDefFoundError: 4.4.0 moved classes 4.3.1 uses, such as
+common.utils.AppInfoParser)."""
 
 from __future__ import annotations
 
@@ -27,23 +32,54 @@ BROKER_JAR = "kafka_2.13-*.jar"
 # artifact (kafka-streams, connect-mirror) makes the next run fetch again.
 POM_STAMP = ".pom-sha256"
 FETCH_TIMEOUT_S = 1800
+MIRROR_MAKER_POM = "mirror-maker.pom.xml"
+# The jar whose presence says a folder holds MirrorMaker 2 (org.apache.kafka.connect.mirror).
+MIRROR_MAKER_JAR = "connect-mirror-[0-9]*.jar"
+MIRROR_MAKER_MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 
 
 class MissingTool(RuntimeError):
     """A program Apache Kafka needs here (java, mvn) is not installed; the message names it."""
 
 
-def pom_path() -> Path:
-    return Path(str(resources.files("onceflow.apache_kafka").joinpath("pom.xml")))
+def pom_path(name: str = "pom.xml") -> Path:
+    return Path(str(resources.files("onceflow.apache_kafka").joinpath(name)))
 
 
-def pinned_version() -> str:
-    """The Kafka release the pom pins (its kafka.version property)."""
-    root = ET.parse(pom_path()).getroot()
+def pinned_version(pom: Path | None = None) -> str:
+    """The Kafka release the pom (pom.xml unless given) pins (its kafka.version property)."""
+    pom = pom or pom_path()
+    root = ET.parse(pom).getroot()
     version = root.find("m:properties/m:kafka.version", POM_NS)
     if version is None or not version.text:
-        raise ValueError(f"{pom_path()} has no kafka.version property")
+        raise ValueError(f"{pom} has no kafka.version property")
     return version.text.strip()
+
+
+@dataclass(frozen=True)
+class JarSet:
+    """What one pom fetches: into `<cache>/<version><suffix>/libs`, told by its `marker` jar."""
+
+    pom: Path
+    marker: str
+    suffix: str = ""
+    name: str = "Apache Kafka"
+
+    def folder(self, version: str) -> Path:
+        return cache_root() / f"{version}{self.suffix}"
+
+
+def kafka_jars() -> JarSet:
+    return JarSet(pom_path(), BROKER_JAR)
+
+
+def mirror_maker_jars() -> JarSet:
+    return JarSet(pom_path(MIRROR_MAKER_POM), MIRROR_MAKER_JAR, "-mirror-maker", "MirrorMaker 2")
+
+
+def mirror_maker_version() -> str:
+    """The release of MirrorMaker 2 that mirror-maker.pom.xml pins (4.3.1: see the module doc)."""
+    return pinned_version(pom_path(MIRROR_MAKER_POM))
 
 
 def cache_root() -> Path:
@@ -99,17 +135,18 @@ def libs_of(directory: str | Path) -> Path:
     )
 
 
-def pom_digest() -> str:
-    return hashlib.sha256(pom_path().read_bytes()).hexdigest()
+def pom_digest(pom: Path | None = None) -> str:
+    return hashlib.sha256((pom or pom_path()).read_bytes()).hexdigest()
 
 
-def cached_libs(version: str | None = None) -> Path | None:
+def cached_libs(version: str | None = None, jars: JarSet | None = None) -> Path | None:
     """The cache's libs/ for this version, fetched from the pom as it is now; None otherwise."""
-    libs = cache_root() / (version or pinned_version()) / "libs"
+    jars = jars or kafka_jars()
+    libs = jars.folder(version or pinned_version(jars.pom)) / "libs"
     stamp = libs / POM_STAMP
-    if not (libs.is_dir() and any(libs.glob(BROKER_JAR)) and stamp.is_file()):
+    if not (libs.is_dir() and any(libs.glob(jars.marker)) and stamp.is_file()):
         return None
-    return libs if stamp.read_text().strip() == pom_digest() else None
+    return libs if stamp.read_text().strip() == pom_digest(jars.pom) else None
 
 
 def require_java() -> str:
@@ -119,24 +156,25 @@ def require_java() -> str:
     return java
 
 
-def fetch(version: str | None = None, *, quiet: bool = True) -> Path:
+def fetch(version: str | None = None, *, quiet: bool = True, jars: JarSet | None = None) -> Path:
     """Fetch the pinned (or given) release's jars with Maven into the cache, once; returns the
     libs/ folder. Concurrent callers (two test workers) wait for one fetch under a file lock."""
-    version = version or pinned_version()
-    found = cached_libs(version)
+    jars = jars or kafka_jars()
+    version = version or pinned_version(jars.pom)
+    found = cached_libs(version, jars)
     if found is not None:
         return found
     mvn = shutil.which("mvn")
     if mvn is None:
         raise MissingTool(
-            f"mvn is not installed: it fetches Apache Kafka {version}'s jars from Maven Central "
+            f"mvn is not installed: it fetches {jars.name} {version}'s jars from Maven Central "
             f"(or set {LIBS_ENV} to a Kafka distribution or its libs/ folder)"
         )
-    target = cache_root() / version
+    target = jars.folder(version)
     target.mkdir(parents=True, exist_ok=True)
     with open(target / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        found = cached_libs(version)
+        found = cached_libs(version, jars)
         if found is not None:
             return found
         # Copied into a scratch folder first and renamed: a fetch cut short leaves no libs/.
@@ -147,7 +185,7 @@ def fetch(version: str | None = None, *, quiet: bool = True) -> Path:
             "-Dstyle.color=never",
             *(["-q"] if quiet else []),
             "-f",
-            str(pom_path()),
+            str(jars.pom),
             f"-Dkafka.version={version}",
             "dependency:copy-dependencies",
             f"-DoutputDirectory={scratch}",
@@ -160,11 +198,11 @@ def fetch(version: str | None = None, *, quiet: bool = True) -> Path:
             )
             if done.returncode != 0:
                 raise RuntimeError(
-                    f"mvn could not fetch Apache Kafka {version} (exit {done.returncode}):\n"
+                    f"mvn could not fetch {jars.name} {version} (exit {done.returncode}):\n"
                     + (done.stdout or "")[-4000:]
                     + (done.stderr or "")[-4000:]
                 )
-            (scratch / POM_STAMP).write_text(pom_digest() + "\n")
+            (scratch / POM_STAMP).write_text(pom_digest(jars.pom) + "\n")
             # A libs/ from an older pom is set aside, not merged into: its jars may clash.
             stale = target / "libs"
             if stale.exists():
@@ -173,8 +211,8 @@ def fetch(version: str | None = None, *, quiet: bool = True) -> Path:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     libs = target / "libs"
-    if not any(libs.glob(BROKER_JAR)):
-        raise RuntimeError(f"mvn finished but {libs} holds no {BROKER_JAR}")
+    if not any(libs.glob(jars.marker)):
+        raise RuntimeError(f"mvn finished but {libs} holds no {jars.marker}")
     return libs
 
 
@@ -195,3 +233,23 @@ def locate(directory: str | Path | None = None, *, allow_fetch: bool = True) -> 
             f"fetch` (needs mvn) or set {LIBS_ENV}"
         )
     return Distribution(fetch())
+
+
+def fetch_mirror_maker(*, quiet: bool = True) -> Path:
+    """Fetch MirrorMaker 2's own set (mirror-maker.pom.xml) once; returns its libs/ folder."""
+    return fetch(mirror_maker_version(), quiet=quiet, jars=mirror_maker_jars())
+
+
+def locate_mirror_maker(*, allow_fetch: bool = True) -> Distribution:
+    """MirrorMaker 2's jars (run `MIRROR_MAKER_MAIN` with its command()): the cache, else
+    fetched now (when allowed). Raises MissingTool naming what is absent."""
+    require_java()
+    found = cached_libs(mirror_maker_version(), mirror_maker_jars())
+    if found is not None:
+        return Distribution(found)
+    if not allow_fetch:
+        raise MissingTool(
+            f"MirrorMaker 2 {mirror_maker_version()} is not fetched: run `python -m "
+            f"onceflow.apache_kafka fetch` (needs mvn)"
+        )
+    return Distribution(fetch_mirror_maker())
