@@ -25,6 +25,16 @@ KEPT: tuple[KeptDifference, ...] = (
         "refuses it with OUT_OF_ORDER_SEQUENCE_NUMBER (README, the librdkafka sequence reuse).",
     ),
     KeptDifference(
+        "transactional_requests_out_of_order",
+        ("records without the transactional id", "the log"),
+        "A non-transactional batch under the producer id of a transactional producer: Kafka "
+        "appends it unless that producer's transaction is open on the partition (here it was "
+        "only added), and then answers the transaction's own first batch, which repeats its "
+        "sequence, as a duplicate: the transaction commits a record that is not its own and "
+        "loses its own. onceflow refuses such a batch with INVALID_TXN_STATE, so that nobody "
+        "can take the sequences of a transactional producer's next transaction.",
+    ),
+    KeptDifference(
         "delete_records_inside_open_transaction",
         (
             "delete inside the transaction",

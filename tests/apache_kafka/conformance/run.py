@@ -341,6 +341,19 @@ class Run:
 
     def describe_transaction(self, label: str, transactional_id: str) -> dict[str, Any]:
         t = self.describe_transaction_raw(transactional_id)
+        if t.error_code != ErrorCode.none:
+            # No producer there: the fields are the schema's defaults, compared as they are.
+            return self.record(
+                label,
+                {
+                    "error": error(t.error_code),
+                    "state": t.transaction_state,
+                    "producer_id": t.producer_id,
+                    "epoch": t.producer_epoch,
+                    "start_time": t.transaction_start_time,
+                    "timeout_ms": int(t.transaction_timeout.total_seconds() * 1000),
+                },
+            )
         return self.record(
             label,
             {

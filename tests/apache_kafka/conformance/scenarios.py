@@ -413,6 +413,60 @@ def compaction_of_aborted_data(run: Run) -> None:
     run.record("read_committed after cleaning", committed)
 
 
+def transactional_requests_out_of_order(run: Run) -> None:
+    """The transaction protocol used wrongly: a timeout above transaction.max.timeout.ms,
+    records of a partition never added, an unknown topic, an EndTxn with nothing open, a
+    TxnOffsetCommit without AddOffsetsToTxn, another producer id, an unknown transactional id."""
+    topic = run.create_topic("misuse")
+    txn = run.name("txn")
+    group = run.name("group")
+    run.init_producer_id("a timeout above the maximum", txn, timeout_ms=900_001)
+    pid, epoch = run.init_producer_id("init", txn)
+    run.describe_transaction("empty", txn)
+    run.end_txn("commit with nothing open", txn, pid, epoch, True)
+    run.end_txn("abort with nothing open", txn, pid, epoch, False)
+    run.produce(
+        "records of a partition not added",
+        topic,
+        [b"a"],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        transactional_id=txn,
+    )
+    run.add_partitions("an unknown topic", txn, pid, epoch, run.name("nowhere"))
+    run.txn_offset_commit("offsets without AddOffsetsToTxn", txn, pid, epoch, group, topic, 1)
+    run.add_partitions("another producer id", txn, pid + 1, epoch, topic)
+    run.end_txn("commit of another producer id", txn, pid + 1, epoch, True)
+    run.add_partitions("an unknown transactional id", run.name("unknown"), pid, epoch, topic)
+    run.describe_transaction("describe an unknown transactional id", run.name("unknown"))
+    run.add_partitions("add", txn, pid, epoch, topic)
+    run.produce(
+        "records without the transactional id",
+        topic,
+        [b"b"],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+    )
+    run.produce(
+        "records of the transaction",
+        topic,
+        [b"c"],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        transactional_id=txn,
+    )
+    run.describe_transaction("ongoing", txn)
+    run.end_txn("commit", txn, pid, epoch, True)
+    run.end_txn("commit again (a retry)", txn, pid, epoch, True)
+    run.end_txn("abort after the commit", txn, pid, epoch, False)
+    run.await_transaction(txn)
+    run.describe_transaction("committed", txn)
+    run.fetch("the log", topic, 0, READ_UNCOMMITTED)
+
+
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (
@@ -425,5 +479,6 @@ SCENARIOS: dict[str, Scenario] = {
         offset_fetch_with_pending_transactional_commit,
         delete_records_inside_open_transaction,
         compaction_of_aborted_data,
+        transactional_requests_out_of_order,
     )
 }

@@ -19,17 +19,15 @@ from kio.schema.errors import ErrorCode
 from onceflow.protocol.client import BrokerConnection, KafkaClientError, parse_address
 
 UNSUPPORTED = "UNSUPPORTED_API"  # the broker does not advertise the API version the step sends
-# Answers a client retries (Kafka's RetriableException codes on the coordinator paths): a step
-# records the answer once they stop, as a client would see it through its retries.
+# Answers a client retries on the coordinator paths (Kafka's RetriableException codes): a step
+# records the answer once they stop, as a client would see it through its retries. (Partition
+# errors are not retried: a scenario waits for its topics before it starts.)
 RETRIABLE = frozenset(
     {
         ErrorCode.coordinator_load_in_progress,
         ErrorCode.coordinator_not_available,
         ErrorCode.not_coordinator,
         ErrorCode.concurrent_transactions,
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.not_leader_or_follower,
-        ErrorCode.leader_not_available,
     }
 )
 RETRY_DEADLINE_S = 60.0
