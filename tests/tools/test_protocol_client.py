@@ -35,6 +35,7 @@ from onceflow.protocol.client import (
 )
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import encode_response, parse_request
+from tests.admin_requests import init_producer_id
 from tests.confluent import create_topic
 from tests.tools.open_transactions import QUIET, dead_address, last_stable_offset, open_transaction
 from tests.waiting import wait_for
@@ -148,14 +149,16 @@ def test_transaction_admin_apis_answer_typed_entities(
 ) -> None:
     create_topic(bootstrap, topic_name, partitions=2)
     txn_id = f"txn-{uuid.uuid4().hex[:8]}"
+    idle_id = f"idle-{uuid.uuid4().hex[:8]}"
+    assert init_producer_id(bootstrap, idle_id)[0] == ErrorCode.none  # Empty: no transaction
     producer = open_transaction(bootstrap, txn_id, topic_name, {0: [b"a", b"b"], 1: [b"c"]})
     try:
         described = client.call_coordinator(
             txn_id,
             ApiKey.DESCRIBE_TRANSACTIONS,
-            lambda cls: build(cls, transactional_ids=(txn_id, "no-such-id")),
+            lambda cls: build(cls, transactional_ids=(txn_id, "no-such-id", idle_id)),
         )
-        ours, unknown = described.transaction_states
+        ours, unknown, idle = described.transaction_states
         assert ours.error_code == ErrorCode.none
         assert ours.transaction_state == "Ongoing"
         assert ours.transaction_timeout.total_seconds() == 300
@@ -164,10 +167,12 @@ def test_transaction_admin_apis_answer_typed_entities(
             (topic_name, 0),
             (topic_name, 1),
         }
-        # Kafka sends -1 as the start time of an unknown id; kio cannot read that as a
-        # timestamp, so the client reads it as an int.
+        # Kafka sends -1 as the start time of an id without a transaction; kio cannot read
+        # that as a timestamp, so the client reads it as an int. An unknown id's entry has the
+        # schema's defaults, 0 (Kafka 4.4: tests/apache_kafka/conformance/).
+        assert (idle.transaction_state, idle.transaction_start_time) == ("Empty", -1)
         assert unknown.error_code == ErrorCode.transactional_id_not_found
-        assert unknown.transaction_start_time == -1
+        assert (unknown.transaction_start_time, unknown.producer_id) == (0, 0)
 
         listed = client.call_each_broker(
             ApiKey.LIST_TRANSACTIONS,

@@ -40,14 +40,22 @@ def records_error_code(error: RecordsError) -> ErrorCode:
 
 class AppendRefused(Exception):
     """The batch was not appended: Kafka's error code for the producer, and the records at
-    fault as (batch index, message) for Produce v8+'s record_errors."""
+    fault as (batch index, message) for Produce v8+'s record_errors. `verification`: the
+    coordinator refused it in KIP-890 verification, before the log was touched (Kafka answers
+    those without the log start offset)."""
 
     def __init__(
-        self, code: ErrorCode, message: str, record_errors: list[tuple[int, str]] | None = None
+        self,
+        code: ErrorCode,
+        message: str,
+        record_errors: list[tuple[int, str]] | None = None,
+        *,
+        verification: bool = False,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.record_errors = record_errors or []
+        self.verification = verification
 
 
 @dataclass(frozen=True, slots=True)

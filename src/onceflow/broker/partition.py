@@ -231,7 +231,10 @@ class Partition:
                 # The coordinator's verdict as Kafka maps it for Produce: a fenced producer
                 # expects INVALID_PRODUCER_EPOCH, a completing transaction a retry.
                 code = verdict
-            raise AppendRefused(code, str(e)) from None
+            # Kafka verifies before the producer-state checks: a batch the coordinator refused
+            # is answered as verification's refusals are.
+            refused_by_coordinator = verdict != ErrorCode.none and bool(transactional_id)
+            raise AppendRefused(code, str(e), verification=refused_by_coordinator) from None
         if not header.is_transactional and transactions.owner_of(header.producer_id) is not None:
             # Stricter than Kafka, which refuses this only while the producer's transaction is
             # open here (INVALID_TXN_STATE above): otherwise anyone could take the sequences

@@ -94,11 +94,12 @@ class TxnDescription:
 
     transactional_id: str
     error: ErrorCode
+    # An error's entry carries the response schema's defaults, zeros, as Kafka's does.
     state: str = ""
-    producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = NO_PRODUCER_EPOCH
+    producer_id: int = 0
+    producer_epoch: int = 0
     transaction_timeout_ms: int = 0
-    transaction_start_time_ms: int = -1
+    transaction_start_time_ms: int = 0
     # (topic, partitions) sorted by topic, partitions sorted.
     topics: tuple[tuple[str, tuple[int, ...]], ...] = ()
 

@@ -102,9 +102,12 @@ def _read(ctx: DataContext, request: Request, wanted: list[list[_Wanted]]) -> Wo
                     error = ErrorCode.offset_out_of_range
             if error != ErrorCode.none:
                 any_error = True
+                # As Kafka's FetchResponse.partitionResponse(error): no offsets, no aborted list.
+                hw = lso = start = -1
+                records = b""
             total += len(records)
             aborted = None
-            if read_committed and p is not None:
+            if read_committed and p is not None and error == ErrorCode.none:
                 aborted = tuple(
                     aborted_cls(producer_id=pid, first_offset=first)
                     for pid, first in p.aborted_transactions(w.fetch_offset, lso)

@@ -48,16 +48,20 @@ def offset_for_time(partition: Partition, timestamp: int, upper: int) -> tuple[i
 
 
 def max_timestamp_offset(partition: Partition, upper: int) -> tuple[int, int]:
-    """(offset, timestamp) of the record with the largest timestamp below `upper`, as Kafka
-    answers MAX_TIMESTAMP: the segment with the largest max timestamp, then the one batch that
-    holds it (a control batch too, as in Kafka), then its first record with that timestamp."""
+    """(offset, timestamp) of the record with the largest timestamp, when it is below `upper`
+    ((-1, -1) otherwise), as Kafka answers MAX_TIMESTAMP: the segment with the largest max
+    timestamp, then the one batch that holds it (a control batch too, as in Kafka), then its
+    first record with that timestamp."""
     found = partition.log.max_timestamp_and_offset()
     if found is None:
         return -1, -1
     timestamp, last_offset = found
-    if last_offset >= upper or last_offset < partition.log.log_start_offset:
-        # the newest maximum is not readable yet (above the high watermark or last stable
-        # offset): rare and short-lived, so scan the headers below `upper`
+    if last_offset >= upper:
+        # Kafka answers no offset while the record with the largest timestamp is not readable
+        # yet (above the high watermark, or the last stable offset for read_committed); it does
+        # not look for the largest timestamp below it.
+        return -1, -1
+    if last_offset < partition.log.log_start_offset:
         return _scan_max_timestamp(partition, upper)
     match = _first_record_at(partition, last_offset, timestamp, upper)
     return match if match is not None else (-1, -1)

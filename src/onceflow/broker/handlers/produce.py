@@ -34,6 +34,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Refusals Kafka answers without the log start offset (ReplicaManager.appendToLocalLog's first
+# case, and KIP-890 verification's); every other refusal of an existing partition
+# (out-of-order sequence, stale epoch, invalid record...) carries it.
+_WITHOUT_LOG_START_OFFSET = frozenset(
+    {
+        ErrorCode.message_too_large,
+        ErrorCode.record_list_too_large,
+        ErrorCode.corrupt_message,
+        ErrorCode.kafka_storage_error,
+    }
+)
+
 
 def to_datetime(ms: int) -> datetime.datetime | None:
     if ms < 0:
@@ -147,7 +159,9 @@ def _append(
                 build(record_error_cls, batch_index=index, batch_index_error_message=text)
                 for index, text in e.record_errors
             )
-        return _Answer(e.code, str(e), record_errors)
+        known = not e.verification and e.code not in _WITHOUT_LOG_START_OFFSET
+        start = partition.log.log_start_offset if known else -1
+        return _Answer(e.code, str(e), record_errors, log_start_offset=start)
     # A duplicate is answered once its original is durable, like any write.
     touched.append(partition)
     return _Answer(
