@@ -18,6 +18,7 @@ from onceflow.broker.handlers import (
     acls,
     alter_configs,
     api_versions,
+    client_quotas,
     configs,
     coordinator_lookup,
     delete_records,
@@ -95,6 +96,9 @@ API_HANDLERS: tuple[ApiHandler[Any], ...] = (
     ApiHandler(ApiKey.LIST_TRANSACTIONS, 0, 1, transactions.handle_list_transactions, "txn"),
     ApiHandler(ApiKey.SASL_HANDSHAKE, 0, 1, sasl.handle_sasl_handshake, "security"),
     ApiHandler(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl.handle_sasl_authenticate, "security"),
+    ApiHandler(
+        ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, client_quotas.handle_describe_client_quotas, "admin"
+    ),
     ApiHandler(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, scram.handle_describe, "security"),
     ApiHandler(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, scram.handle_alter, "security"),
     ApiHandler(ApiKey.DESCRIBE_ACLS, 1, 3, acls.handle_describe_acls, "security"),
