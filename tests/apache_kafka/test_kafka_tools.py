@@ -477,14 +477,23 @@ def test_kafka_configs_topic_and_broker(tools: KafkaTools, session_broker: Embed
     assert f"Completed updating config for topic {topic}." in altered.stdout
     dynamic = config_lines(tools.ok(CONFIGS, *b, *entity, "--describe").stdout)
     assert set(dynamic) == {"retention.ms", "max.message.bytes"}
-    assert dynamic["retention.ms"].startswith("86400000 sensitive=false synonyms={")
-    assert dynamic["max.message.bytes"].startswith("2000000 sensitive=false")
+    # Synonyms: the topic's value, then the broker setting it defaults to (Kafka's format).
+    assert dynamic["retention.ms"] == (
+        "86400000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=86400000, "
+        "DEFAULT_CONFIG:log.retention.ms=604800000}"
+    )
+    assert dynamic["max.message.bytes"] == (
+        "2000000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:max.message.bytes=2000000, "
+        "DEFAULT_CONFIG:message.max.bytes=1048588}"
+    )
 
     tools.ok(CONFIGS, *b, *entity, "--alter", "--delete-config", "retention.ms")
     every = config_lines(tools.ok(CONFIGS, *b, *entity, "--describe", "--all").stdout)
     assert every["retention.ms"].startswith("604800000 ")  # back to the default
     assert every["max.message.bytes"].startswith("2000000 ")
-    assert every["cleanup.policy"].startswith("delete ")
+    assert every["cleanup.policy"] == (
+        "delete sensitive=false synonyms={DEFAULT_CONFIG:log.cleanup.policy=delete}"
+    )
 
     bad = tools.run(CONFIGS, *b, *entity, "--alter", "--add-config", "retention.ms=soon")
     assert bad.returncode == 1
