@@ -504,6 +504,14 @@ def test_kafka_configs_topic_and_broker(tools: KafkaTools, session_broker: Embed
     static = config_lines(tools.ok(CONFIGS, *b, *broker, "--describe", "--all").stdout)
     assert static["group.initial.rebalance.delay.ms"].startswith("0 sensitive=false")
     assert static["auto.create.topics.enable"].startswith("true ")
+    # No dynamic broker configs: settings are read at start (InvalidRequestException).
+    dynamic_broker = tools.run(
+        CONFIGS, *b, *broker, "--alter", "--add-config", "log.cleaner.threads=2"
+    )
+    assert dynamic_broker.returncode == 1
+    assert "Cannot update these configs dynamically: log.cleaner.threads" in (
+        dynamic_broker.stdout + dynamic_broker.stderr
+    )
 
 
 # -- kafka-producer-perf-test, kafka-verifiable-producer / -consumer -----------------------
