@@ -23,9 +23,11 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
 from onceflow.broker.embedded import EmbeddedBroker
-from tests.admin_requests import call
-from tests.confluent import QUIET, create_topic
+from tests.admin_requests import call, list_offsets
+from tests.confluent import QUIET, create_topic, send, transactional_producer
 from tests.waiting import wait_for
+
+READ_COMMITTED = 1
 
 
 def delete_records(bootstrap: str, topic: str, partition: int, offset: int) -> int:
@@ -139,3 +141,25 @@ def test_delete_records_refusals(
     (internal,) = answer.topics[0].partitions
     assert (internal.error_code, internal.low_watermark) == (ErrorCode.invalid_topic_exception, -1)
     assert earliest(b, topic_name) == 0
+
+
+def test_a_transaction_open_across_the_log_start_offset_holds_the_lso_there(
+    bootstrap: str, topic_name: str
+) -> None:
+    """As Kafka's first unstable offset: at least the log start offset, and held there by the
+    open transaction until it ends."""
+    create_topic(bootstrap, topic_name)
+    producer = transactional_producer(bootstrap, f"{topic_name}-txn")
+    producer.begin_transaction()
+    send(producer, [(topic_name, 0, b"open-0"), (topic_name, 0, b"open-1")])
+    tp = (topic_name, 0)
+    assert list_offsets(bootstrap, [tp], READ_COMMITTED) == {tp: 0}
+    assert delete_records(bootstrap, topic_name, 0, 1) == 1
+    assert list_offsets(bootstrap, [tp], READ_COMMITTED) == {tp: 1}
+    producer.commit_transaction(30)
+    # The markers are written after EndTxn is answered, as in Kafka: past the marker soon.
+    wait_for(
+        lambda: list_offsets(bootstrap, [tp], READ_COMMITTED) == {tp: 3},
+        30,
+        lambda: f"LSO 3, not {list_offsets(bootstrap, [tp], READ_COMMITTED)}",
+    )
