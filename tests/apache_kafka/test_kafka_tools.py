@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
@@ -292,50 +292,58 @@ def test_kafka_transactions_list_describe_describe_producers(
     )
     producer.begin_transaction()
     send(producer, [(topic, 0, b"open-1"), (topic, 0, b"open-2")])
-    try:
-        listed = {
-            r["TransactionalId"]: r for r in tab_table(tools.ok(TRANSACTIONS, *b, "list").stdout)
-        }
-        assert listed[txn_id]["TransactionState"] == "Ongoing"
-        producer_id = listed[txn_id]["ProducerId"]
-        # --duration-filter (ListTransactions v1): running longer than 0 ms yes, 1 hour no.
-        longer = tab_table(tools.ok(TRANSACTIONS, *b, "list", "--duration-filter", "0").stdout)
-        assert txn_id in {r["TransactionalId"] for r in longer}
-        hour = tab_table(tools.ok(TRANSACTIONS, *b, "list", "--duration-filter", "3600000").stdout)
-        assert txn_id not in {r["TransactionalId"] for r in hour}
+    listed = {r["TransactionalId"]: r for r in tab_table(tools.ok(TRANSACTIONS, *b, "list").stdout)}
+    assert listed[txn_id]["TransactionState"] == "Ongoing"
+    producer_id = listed[txn_id]["ProducerId"]
+    # --duration-filter (ListTransactions v1): running longer than 0 ms yes, 1 hour no.
+    longer = tab_table(tools.ok(TRANSACTIONS, *b, "list", "--duration-filter", "0").stdout)
+    assert txn_id in {r["TransactionalId"] for r in longer}
+    hour = tab_table(tools.ok(TRANSACTIONS, *b, "list", "--duration-filter", "3600000").stdout)
+    assert txn_id not in {r["TransactionalId"] for r in hour}
 
-        (described,) = tab_table(
-            tools.ok(TRANSACTIONS, *b, "describe", "--transactional-id", txn_id).stdout
-        )
-        assert (
-            described["ProducerId"],
-            described["ProducerEpoch"],
-            described["TransactionState"],
-            described["TransactionTimeoutMs"],
-            described["TopicPartitions"],
-        ) == (producer_id, "0", "Ongoing", "600000", f"{topic}-0")
+    (described,) = tab_table(
+        tools.ok(TRANSACTIONS, *b, "describe", "--transactional-id", txn_id).stdout
+    )
+    assert (
+        described["ProducerId"],
+        described["ProducerEpoch"],
+        described["TransactionState"],
+        described["TransactionTimeoutMs"],
+        described["TopicPartitions"],
+    ) == (producer_id, "0", "Ongoing", "600000", f"{topic}-0")
 
-        producers = tab_table(
-            tools.ok(
-                TRANSACTIONS, *b, "describe-producers", "--topic", topic, "--partition", "0"
-            ).stdout
-        )
-        mine = {r["ProducerId"]: r for r in producers}[producer_id]
-        started = mine["CurrentTransactionStartOffset"]
-        assert (mine["ProducerEpoch"], mine["LastSequence"], started) == ("0", "1", "1")
-        # Open under its coordinator: not hanging, whatever the age asked for.
-        assert tab_table(
-            tools.ok(
-                TRANSACTIONS, *b, "find-hanging", "--broker-id", "0",
-                "--max-transaction-timeout", "0",
-            ).stdout
-        ) == []  # fmt: skip
-    finally:
-        producer.abort_transaction(30)
+    producers = tab_table(
+        tools.ok(
+            TRANSACTIONS, *b, "describe-producers", "--topic", topic, "--partition", "0"
+        ).stdout
+    )
+    mine = {r["ProducerId"]: r for r in producers}[producer_id]
+    started = mine["CurrentTransactionStartOffset"]
+    assert (mine["ProducerEpoch"], mine["LastSequence"], started) == ("0", "1", "1")
+    # Open under its coordinator: not hanging, whatever the age asked for.
+    assert tab_table(
+        tools.ok(
+            TRANSACTIONS, *b, "find-hanging", "--broker-id", "0",
+            "--max-transaction-timeout", "0",
+        ).stdout
+    ) == []  # fmt: skip
+    tools.ok(TRANSACTIONS, *b, "forceTerminateTransaction", "--transactionalId", txn_id)
     (after,) = tab_table(
         tools.ok(TRANSACTIONS, *b, "describe", "--transactional-id", txn_id).stdout
     )
-    assert after["TransactionState"] == "CompleteAbort"
+    # Aborted and fenced (KIP-939's forceTerminateTransaction: InitProducerId for its id).
+    assert (after["TransactionState"], after["TopicPartitions"]) == ("Empty", "")
+    assert int(after["ProducerEpoch"]) > 0
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(30)
+    producers = tab_table(
+        tools.ok(
+            TRANSACTIONS, *b, "describe-producers", "--topic", topic, "--partition", "0"
+        ).stdout
+    )
+    assert {r["ProducerId"]: r for r in producers}[producer_id][
+        "CurrentTransactionStartOffset"
+    ] == "None"
     unknown = tools.run(TRANSACTIONS, *b, "describe", "--transactional-id", unique("nobody"))
     assert unknown.returncode == 1
     assert "failed because the ID could not be found" in unknown.stderr, unknown
