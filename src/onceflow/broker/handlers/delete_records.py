@@ -65,9 +65,9 @@ def _delete_before(
         return -1, ErrorCode.offset_out_of_range
     try:
         if partition.log.advance_log_start_offset(offset):
-            log.info("log start offset of %s-%d moved to %d by DeleteRecords", topic,
-                     partition.index, offset)  # fmt: skip
-            moved.append(partition)
+            log.info("log start offset of %s-%d moved to %d", topic, partition.index, offset)
+        # Stored even when not moved now: an earlier request's write may still be under way.
+        moved.append(partition)
     except LogClosedError:
         return -1, ErrorCode.unknown_topic_or_partition  # deleted meanwhile
     return partition.log.log_start_offset, ErrorCode.none
@@ -84,8 +84,9 @@ async def _answer_when_stored(
             failed[(partition.topic, partition.index)] = ErrorCode.unknown_topic_or_partition
         except OSError as e:
             halt_on_storage_error(e)
-            log.error("log start offset of %s-%d not stored: %s", partition.topic,
-                      partition.index, e)  # fmt: skip
+            log.error(
+                "log start offset of %s-%d not stored: %s", partition.topic, partition.index, e
+            )
             failed[(partition.topic, partition.index)] = ErrorCode.kafka_storage_error
     cls, topic_cls, partition_cls = response_classes(
         request, "DeleteRecordsTopicResult", "DeleteRecordsPartitionResult"
