@@ -18,8 +18,10 @@ from onceflow.broker.handlers import (
     acls,
     alter_configs,
     api_versions,
+    client_quotas,
     configs,
     coordinator_lookup,
+    delete_records,
     fetch,
     groups,
     list_offsets,
@@ -79,6 +81,7 @@ API_HANDLERS: tuple[ApiHandler[Any], ...] = (
     ),
     ApiHandler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, transactions.handle_add_offsets_to_txn, "txn"),
     ApiHandler(ApiKey.END_TXN, 0, 4, transactions.handle_end_txn, "txn"),
+    ApiHandler(ApiKey.DELETE_RECORDS, 0, 2, delete_records.handle_delete_records, "data"),
     ApiHandler(ApiKey.WRITE_TXN_MARKERS, 1, 1, txn_markers.handle_write_txn_markers, "data"),
     ApiHandler(ApiKey.TXN_OFFSET_COMMIT, 0, 4, transactions.handle_txn_offset_commit, "txn"),
     ApiHandler(ApiKey.DESCRIBE_CONFIGS, 1, 4, configs.handle_describe_configs, "admin"),
@@ -93,6 +96,9 @@ API_HANDLERS: tuple[ApiHandler[Any], ...] = (
     ApiHandler(ApiKey.LIST_TRANSACTIONS, 0, 1, transactions.handle_list_transactions, "txn"),
     ApiHandler(ApiKey.SASL_HANDSHAKE, 0, 1, sasl.handle_sasl_handshake, "security"),
     ApiHandler(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl.handle_sasl_authenticate, "security"),
+    ApiHandler(
+        ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, client_quotas.handle_describe_client_quotas, "admin"
+    ),
     ApiHandler(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, scram.handle_describe, "security"),
     ApiHandler(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, scram.handle_alter, "security"),
     ApiHandler(ApiKey.DESCRIBE_ACLS, 1, 3, acls.handle_describe_acls, "security"),

@@ -128,7 +128,11 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.producers.last_stable_offset(self.high_watermark)
+        # Never below the log start offset (Kafka's maybeIncrementFirstUnstableOffset): a
+        # transaction open across a DeleteRecords holds it there until it ends.
+        return max(
+            self.producers.last_stable_offset(self.high_watermark), self.log.log_start_offset
+        )
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, end)."""

@@ -27,7 +27,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -63,6 +63,9 @@ _BROKER_TO_TOPIC = {
     "log_cleaner_min_compaction_lag_ms": "min.compaction.lag.ms",
     "log_cleaner_max_compaction_lag_ms": "max.compaction.lag.ms",
 }
+
+# Kafka's broker setting names of those fields (log.retention.ms, message.max.bytes, ...).
+_BROKER_NAMES = {f.name: f.metadata["kafka"] for f in fields(BrokerConfig) if "kafka" in f.metadata}
 
 # A topic's new configs from its current ones (AlterConfigs' whole set, IncrementalAlterConfigs'
 # operations); raises InvalidConfigError. Applied under the registry's change lock, so two
@@ -209,6 +212,17 @@ class TopicRegistry:
             for attr, topic in _BROKER_TO_TOPIC.items()
             if getattr(self.config, attr) != getattr(kafka_defaults, attr)
         }
+
+    def broker_synonym(self, topic_config: str) -> tuple[str, str, bool] | None:
+        """The broker setting a topic-level config defaults to (Kafka's synonym): its name,
+        its value, and whether it was set on the broker rather than left at Kafka's default;
+        None for a config without one."""
+        for attr, topic in _BROKER_TO_TOPIC.items():
+            if topic == topic_config:
+                name = _BROKER_NAMES[attr]
+                value = getattr(self.config, attr)
+                return name, str(value), value != getattr(BrokerConfig(), attr)
+        return None
 
     def log_config(self, overrides: dict[str, str]) -> LogConfig:
         try:

@@ -30,6 +30,7 @@ from onceflow.log.errors import (
 )
 from onceflow.log.file_handles import FileHandle, file_handles
 from onceflow.log.flush import FlushTicket
+from onceflow.log.log_start_offset import LogStartOffsetFile
 from onceflow.log.recovery import (
     load_segments,
     remove_clean_shutdown_marker,
@@ -118,6 +119,12 @@ class PartitionLog:
         self._dir_file = directory_file  # for fsyncs of the directory; opened on demand
         self._recovery_point_file = recovery_point_file
         self.log_start_offset = segments[0].base_offset
+        # DeleteRecords may have moved it past the first segment's base (never past the end:
+        # without fsync the records it was moved over may be lost).
+        stored_start = LogStartOffsetFile.read(directory)
+        self._log_start_offset_file = LogStartOffsetFile(directory, stored_start)
+        if stored_start > self.log_start_offset:
+            self.log_start_offset = min(stored_start, self.log_end_offset)
         self._flushed_offset = self.log_end_offset
         # Called each time flushed_offset (the high watermark) moves: the partition holding
         # this log updates its producer state and wakes its readers there, and only there.
@@ -474,6 +481,23 @@ class PartitionLog:
         for pending in (self._unsynced_rolled, self._waived_rolled):
             pending[:] = [s for s in pending if s not in replaced]
 
+    # -- DeleteRecords ------------------------------------------------------------------
+
+    def advance_log_start_offset(self, offset: int) -> bool:
+        """DeleteRecords: nothing below `offset` is served from now on (the caller checked it
+        is at most the high watermark); the segments wholly below it go at the next retention
+        check, as in Kafka. False when it is not beyond the log start offset already."""
+        self._check_open()
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        return True
+
+    def store_log_start_offset(self) -> None:
+        """Make the log start offset durable (it fsyncs: run it off the event loop)."""
+        self._check_open()
+        self._log_start_offset_file.advance(self.log_start_offset, self._dir_file)
+
     # -- retention ----------------------------------------------------------------------
 
     def delete_expired_segments(self, *, high_watermark: int | None = None) -> int:
@@ -486,6 +510,11 @@ class PartitionLog:
         upper = self.log_end_offset if high_watermark is None else high_watermark
         now = self._clock()
         deleted = 0
+        # Segments wholly below a log start offset DeleteRecords moved (Kafka's
+        # deleteLogStartOffsetBreachedSegments).
+        deleted += self._delete_oldest(
+            lambda s: s.next_offset <= self.log_start_offset, upper, now, "DeleteRecords"
+        )
         if not config.delete:
             # cleanup.policy without `delete` (Kafka's UnifiedLog.deleteOldSegments): retention
             # never applies; such a log is only ever shortened by the cleaner.
@@ -509,7 +538,11 @@ class PartitionLog:
         return deleted
 
     def _delete_oldest(
-        self, predicate: Callable[[Segment], bool], upper_bound: int, now: int
+        self,
+        predicate: Callable[[Segment], bool],
+        upper_bound: int,
+        now: int,
+        reason: str = "retention",
     ) -> int:
         doomed: list[Segment] = []
         for i, segment in enumerate(self._segments):
@@ -526,10 +559,11 @@ class PartitionLog:
             self._roll(now)
         for segment in doomed:
             logger.info(
-                "deleting segment %s (offsets %d..%d) by retention",
+                "deleting segment %s (offsets %d..%d) by %s",
                 segment.log_path,
                 segment.base_offset,
                 segment.next_offset - 1,
+                reason,
             )
             self._segments.remove(segment)
             for pending in (self._unsynced_rolled, self._waived_rolled):

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.handlers.context import AdminContext
 from onceflow.broker.handlers.responses import response_classes
 from onceflow.broker.handlers.slices import Work, in_slices
-from onceflow.protocol.entities import build
+from onceflow.protocol.entities import build, sibling
 from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
@@ -39,6 +39,23 @@ def resource_result(
     )
 
 
+def topic_synonyms(
+    ctx: AdminContext, name: str, overrides: dict[str, str]
+) -> list[tuple[str, str, int]]:
+    """A topic config's synonyms as Kafka lists them, most specific first: the topic's own
+    value, then the broker setting it defaults to (set on the broker, or Kafka's default)."""
+    found = []
+    if name in overrides:
+        found.append((name, overrides[name], DYNAMIC_TOPIC_CONFIG))
+    broker = ctx.topics.broker_synonym(name)
+    if broker is not None:
+        broker_name, value, set_on_broker = broker
+        found.append(
+            (broker_name, value, STATIC_BROKER_CONFIG if set_on_broker else DEFAULT_CONFIG)
+        )
+    return found
+
+
 def handle_describe_configs(ctx: AdminContext, request: Request) -> Any:
     return in_slices(_describe_configs(ctx, request), len(request.body.resources))
 
@@ -52,6 +69,7 @@ def _describe_configs(ctx: AdminContext, request: Request) -> Work:
     for resource in request.body.resources:
         error, message = ErrorCode.none, None
         entries: dict[str, tuple[str, int]] = {}
+        synonyms: dict[str, list[tuple[str, str, int]]] = {}  # (name, value, source), Kafka's order
         resource_type = auth.TOPIC if resource.resource_type == TOPIC else auth.CLUSTER
         name = resource.resource_name if resource_type == auth.TOPIC else auth.CLUSTER_NAME
         if resource.resource_type in (TOPIC, BROKER) and not auth.authorize(
@@ -72,6 +90,7 @@ def _describe_configs(ctx: AdminContext, request: Request) -> Work:
                         entries[k] = (v, STATIC_BROKER_CONFIG)
                     else:
                         entries[k] = (v, DEFAULT_CONFIG)
+                    synonyms[k] = topic_synonyms(ctx, k, topic.configs)
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(ctx.config.node_id)):
                 error, message = ErrorCode.invalid_request, "unknown broker id"
@@ -79,10 +98,12 @@ def _describe_configs(ctx: AdminContext, request: Request) -> Work:
                 entries = {
                     k: (v, STATIC_BROKER_CONFIG) for k, v in ctx.config.kafka_settings().items()
                 }
+                synonyms = {k: [(k, v, STATIC_BROKER_CONFIG)] for k, (v, _) in entries.items()}
         else:
             error = ErrorCode.invalid_request
             message = f"resource type {resource.resource_type} is not supported"
         keys = resource.configuration_keys
+        synonym_cls = sibling(cls, "DescribeConfigsSynonym")
         configs = tuple(
             build(
                 entry_cls,
@@ -92,7 +113,12 @@ def _describe_configs(ctx: AdminContext, request: Request) -> Work:
                 config_source=source,
                 is_default=source == DEFAULT_CONFIG,
                 is_sensitive=False,
-                synonyms=(),
+                synonyms=tuple(
+                    build(synonym_cls, name=n, value=value, source=source)
+                    for n, value, source in synonyms.get(k, ())
+                )
+                if request.body.include_synonyms
+                else (),
                 config_type=0,
                 documentation=None,
             )
