@@ -17,8 +17,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.kafka_errors import retry_transient
 from onceflow.librdkafka_log import QUIET
-from onceflow.mirror.positions import mirror_group
+from onceflow.mirror.positions import coordinator_moving, mirror_group
 from onceflow.pipelines import mirror
 from tests.waiting import wait_for
 
@@ -41,8 +42,13 @@ class Record:
 class Source:
     """Writes a source topic in transactions (every third aborted) and keeps what committed."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int = 2) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int = 2, base_time_ms: int = BASE_TIME_MS
+    ) -> None:
+        """`base_time_ms`: the first record's CreateTime (the mirror keeps it; Apache Kafka's
+        time retention deletes records older than retention.ms, 7 days by default)."""
         self.bootstrap = bootstrap
+        self.base_time_ms = base_time_ms
         self.topic = topic
         self.partitions = partitions
         self.committed: list[Record] = []
@@ -90,7 +96,7 @@ class Source:
                     key=None if i % 7 == 0 else f"k{i}".encode(),
                     partition=i % self.partitions,
                     headers=list(headers) or None,
-                    timestamp=BASE_TIME_MS + i,
+                    timestamp=self.base_time_ms + i,
                     on_delivery=on_delivery,
                 )
             producer.flush(30)
@@ -167,6 +173,18 @@ def check_mirrored(source: Source, target_bootstrap: str, target_topic: str) -> 
         assert mine == theirs, f"partition {partition}: records differ"
 
 
+def committed_offsets(consumer: Consumer, tps: list[TopicPartition]) -> list[TopicPartition]:
+    """consumer.committed(), asked again while the group's coordinator moves (a Kafka cluster
+    whose node was killed, or whose __consumer_offsets is being made)."""
+    return retry_transient(
+        lambda: consumer.committed(tps, 30),
+        coordinator_moving,
+        within_s=60,
+        backoff_s=0.5,
+        what="committed offsets",
+    )
+
+
 def positions(bootstrap: str, alias: str, topic: str, partitions: int) -> dict[int, int]:
     consumer = Consumer(
         {
@@ -177,7 +195,7 @@ def positions(bootstrap: str, alias: str, topic: str, partitions: int) -> dict[i
         }
     )
     try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 30)
+        tps = committed_offsets(consumer, [TopicPartition(topic, p) for p in range(partitions)])
         return {tp.partition: tp.offset for tp in tps}
     finally:
         consumer.close()
@@ -212,7 +230,9 @@ def start_mirror(
     )
 
 
-def mirror_driver(src: str, dst: str, checkpoint: Path, log: Path, *extra: str) -> subprocess.Popen:
+def mirror_driver(
+    src: str, dst: str, checkpoint: Path, log: Path, *extra: str, topics: str = "orders"
+) -> subprocess.Popen:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -227,7 +247,7 @@ def mirror_driver(src: str, dst: str, checkpoint: Path, log: Path, *extra: str) 
             "--target-bootstrap-server",
             dst,
             "--topics",
-            "orders",
+            topics,
             "--checkpoint",
             str(checkpoint),
             "--max-offsets-per-trigger",
@@ -236,7 +256,7 @@ def mirror_driver(src: str, dst: str, checkpoint: Path, log: Path, *extra: str) 
             "2",
             "--target-property",
             "transaction.timeout.ms=20000",
-            *extra,
+            *extra,  # a later --target-property transaction.timeout.ms=... wins
         ],
         cwd=ROOT,
         env=env,
@@ -291,7 +311,7 @@ def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> di
     """The group's committed offsets (negative: none)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "logger": QUIET})
     try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 30)
+        tps = committed_offsets(consumer, [TopicPartition(topic, p) for p in range(partitions)])
         return {tp.partition: tp.offset for tp in tps}
     finally:
         consumer.close()

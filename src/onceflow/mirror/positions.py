@@ -10,15 +10,32 @@ partition exists by the time anything is written to it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from onceflow.kafka_errors import retriable, retry_transient
 from onceflow.lazy_clients import HoldsClients, client_property
 from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.replication_policy import ReplicationPolicy
 from onceflow.spark.offset_ranges import PartitionOffsets, TopicPartitionKey
 from onceflow.spark.sink_target import consumer_config
+
+# The group coordinator moving (its node killed, __consumer_offsets made or its leader elected):
+# librdkafka raises these from committed() rather than asking the new coordinator.
+COORDINATOR_MOVING = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError._TRANSPORT,
+)
+_BACKOFF_S = 0.5
+
+
+def coordinator_moving(exc: Exception) -> bool:
+    """A look-up worth asking again: the group's coordinator is moving or away."""
+    return retriable(exc, COORDINATOR_MOVING)
 
 
 class PositionLookupError(RuntimeError):
@@ -69,8 +86,24 @@ class MirrorPositions(HoldsClients):
         }
         if not wanted:
             return {}
-        answers = self.consumer.committed(
-            [TopicPartition(t, p) for t, p in wanted], timeout=self.timeout_s
+
+        def ask() -> list[TopicPartition]:
+            answers = self.consumer.committed(
+                [TopicPartition(t, p) for t, p in wanted], timeout=self.timeout_s
+            )
+            for tp in answers:
+                if tp.error is not None and tp.error.code() in COORDINATOR_MOVING:
+                    raise KafkaException(tp.error)
+            return answers
+
+        # a node of a replicated target cluster failing over: asked again, not a failed query
+        answers = retry_transient(
+            ask,
+            coordinator_moving,
+            within_s=self.timeout_s,
+            backoff_s=_BACKOFF_S,
+            what="reading the mirror's positions",
+            level=logging.WARNING,
         )
         out: PartitionOffsets = {}
         for tp in answers:
