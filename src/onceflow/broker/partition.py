@@ -128,11 +128,9 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # Never below the log start offset (Kafka's maybeIncrementFirstUnstableOffset): a
-        # transaction open across a DeleteRecords holds it there until it ends.
-        return max(
-            self.producers.last_stable_offset(self.high_watermark), self.log.log_start_offset
-        )
+        # A transaction open across a DeleteRecords keeps it at its first offset, below the log
+        # start offset, as Apache Kafka 4.4 answers (tests/apache_kafka/conformance).
+        return self.producers.last_stable_offset(self.high_watermark)
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, end)."""

@@ -34,20 +34,6 @@ KEPT: tuple[KeptDifference, ...] = (
         "loses its own. onceflow refuses such a batch with INVALID_TXN_STATE, so that nobody "
         "can take the sequences of a transactional producer's next transaction.",
     ),
-    KeptDifference(
-        "delete_records_inside_open_transaction",
-        (
-            "delete inside the transaction",
-            "delete past the high watermark",
-            "earliest",
-            "read_committed from the new start",
-            "read_uncommitted before the start",
-            "read_committed after the abort",
-        ),
-        "onceflow does not implement DeleteRecords (ApiVersions does not offer it), so the log "
-        "start offset moves only with retention; Kafka moves it inside the open transaction "
-        "(the last stable offset then stays below the log start offset).",
-    ),
 )
 
 

@@ -22,12 +22,10 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.protocol.api_key import ApiKey
 from tests.apache_kafka.exactly_once import TXN_TIMEOUT_S, transactional_producer
 from tests.apache_kafka.streams.word_count import CountsReader, StreamsApp
 from tests.confluent import QUIET, create_topics
 from tests.waiting import wait_for
-from tests.wire import api_versions
 
 PARTITIONS = 2
 VOCABULARY = tuple(f"word{i}" for i in range(30))
@@ -310,14 +308,13 @@ def test_word_count_exactly_once_through_kills_and_state_loss(
         assert ABORTED_WORD not in reader.latest()
         assert sentences.aborted > 0
         assert_never_regressed(reader)
-        if ApiKey.DELETE_RECORDS in api_versions(broker.bootstrap):
-            # Streams deletes what it has consumed of its repartition topic (DeleteRecords,
-            # every repartition.purge.interval.ms); onceflow without it keeps it all.
-            wait_for(
-                lambda: purged(broker.bootstrap, app.repartition_topic("words")),
-                RUNNING_TIMEOUT_S,
-                "Streams to purge its repartition topic",
-            )
+        # Streams deletes what it has consumed of its repartition topic (DeleteRecords, every
+        # repartition.purge.interval.ms).
+        wait_for(
+            lambda: purged(broker.bootstrap, app.repartition_topic("words")),
+            RUNNING_TIMEOUT_S,
+            "Streams to purge its repartition topic",
+        )
 
         # Stopped cleanly and its state directory wiped: the store is rebuilt from the
         # changelog, and the counts go on from the true totals.
