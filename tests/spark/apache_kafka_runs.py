@@ -42,7 +42,6 @@ class InputWriter:
         self.topic = topic
         self.transactional_id = transactional_id
         self.producer = transactional_producer(bootstrap, transactional_id)
-        self.remade = 0
 
     def write(self, values: Sequence[bytes], *, commit: bool, partitions: Sequence[int]) -> bool:
         """True when the transaction of `values` committed."""
@@ -57,7 +56,6 @@ class InputWriter:
                 raise
         self.producer.purge()
         self.producer = transactional_producer(self.bootstrap, self.transactional_id)
-        self.remade += 1
         return False
 
 
@@ -121,10 +119,17 @@ class PipelineRun:
         write_input(10)
         driver = self.start()
         try:
+
+            def first_output() -> bool:
+                assert driver.poll() is None, f"the driver exited:\n{self.log_tail()}"
+                return sum(end_offsets(bootstrap, self.output, "read_committed").values()) > 0
+
+            # A Spark driver's start took 150 s at a load average of 80 on the shared machine.
             wait_for(
-                lambda: sum(end_offsets(bootstrap, self.output, "read_committed").values()) > 0,
-                240,
+                first_output,
+                480,
                 lambda: f"the {self.pipeline}'s first output\n{self.log_tail(3000)}",
+                interval=1,
             )
             for fault in faults:
                 victim = fault.node_of()
