@@ -33,7 +33,8 @@ class InputWriter:
 
     An abort can fail fatally: with the leader of one of its partitions SIGKILLed, librdkafka
     sent EndTxn(ABORT) for a transaction the coordinator had not seen begin (its state still
-    COMPLETE_COMMIT from the one before) and got INVALID_TXN_STATE. Nothing of it committed;
+    COMPLETE_COMMIT from the one before) and got INVALID_TXN_STATE (the symptom of
+    librdkafka issue 4849, open). Nothing of the transaction committed;
     as librdkafka asks after a fatal error, the producer is made again (its init_transactions
     fences the old one and aborts whatever it left open)."""
 
