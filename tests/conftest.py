@@ -15,21 +15,33 @@ from onceflow.broker.embedded import EmbeddedBroker
 pytest_plugins = ["tests.apache_kafka.fixtures"]
 
 
+# The long groups of tests that start JVMs, each kept on one worker (see below), collected
+# first so that the two start at once on the two workers while the short tests fill in.
+JVM_GROUPS = ("tests/apache_kafka/", "tests/spark/")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """pytest-xdist (`-n 2` in pyproject.toml): every Spark test on one worker, so one
-    SparkSession (one JVM) serves them all, and the Apache Kafka tests on that worker too, so
-    one 3-node Kafka cluster (three JVMs) serves those and the Spark tests on Kafka; the other
-    tests are balanced one by one, as `--dist load` does. (xdist_group marks with
-    `--dist loadgroup` did not group them here, xdist 3.8 under pytest 9.)"""
+    SparkSession (one JVM) serves them all and one 3-node Kafka cluster the Spark tests on
+    Kafka; every Apache Kafka test (tools, Streams, MirrorMaker, conformance, verify) on one
+    worker, likely the other, so the long JVM work runs on both; the other tests are balanced
+    one by one, as `--dist load` does. (xdist_group marks with `--dist loadgroup` did not group
+    them here, xdist 3.8 under pytest 9.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class SparkOnOneWorker(LoadScopeScheduling):
+    class JvmGroupsOnOneWorkerEach(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            on_jvms = nodeid.startswith(("tests/spark/", "tests/apache_kafka/"))
-            return "tests/spark" if on_jvms else nodeid
+            return next((g for g in JVM_GROUPS if nodeid.startswith(g)), nodeid)
 
-    return SparkOnOneWorker(config, log)
+    return JvmGroupsOnOneWorkerEach(config, log)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The JVM groups first: xdist hands out the first work units in turn, so each of the two
+    long groups starts at once on its own worker."""
+    items.sort(key=lambda item: not item.nodeid.startswith(JVM_GROUPS))
 
 
 @pytest.fixture(scope="session")
