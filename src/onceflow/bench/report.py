@@ -40,10 +40,14 @@ def throughput_json(
                 "ratio_vs_baseline": dict(
                     zip(("produce", "consume"), found[(m.target, m.value_size)], strict=True)
                 ),
+                "produce_cost": m.produce_cost.as_json(),
+                "consume_cost": m.consume_cost.as_json(),
                 "rss_max_bytes": m.rss_max,
                 "rss_end_bytes": m.rss_end,
                 "produce_rounds": [phase.as_json() for phase in m.produce_rounds],
                 "consume_rounds": [phase.as_json() for phase in m.consume_rounds],
+                "produce_cost_rounds": [cost.as_json() for cost in m.produce_costs],
+                "consume_cost_rounds": [cost.as_json() for cost in m.consume_costs],
                 "rss_rounds": [
                     {"rss_max_bytes": peak, "rss_end_bytes": end} for peak, end in m.rss_rounds
                 ],
