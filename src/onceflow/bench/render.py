@@ -169,6 +169,32 @@ def latency_table(measurements: list[EosMeasurement]) -> Table:
     return table
 
 
+def eos_cost_table(measurements: list[EosMeasurement]) -> Table:
+    """Each kind's cost to a started broker, and the producers' round trips (any target)."""
+    table = result_table(
+        "Target",
+        "Phase",
+        "Produce requests",
+        "CPU us/request",
+        "CPU us/record",
+        "Ack p50 ms",
+        "Ack p99 ms",
+        right_from=2,
+    )
+    for m in measurements:
+        for phase, cost in m.costs().items():
+            table.add_row(
+                m.target,
+                phase,
+                _figure(cost.requests, 0),
+                _figure(cost.cpu_us_per_request, 0),
+                _figure(cost.cpu_us_per_record, 2),
+                _figure(cost.rtt_p50_ms, 2),
+                _figure(cost.rtt_p99_ms, 2),
+            )
+    return table
+
+
 def targets_table(measurements: list[EosMeasurement]) -> Table:
     table = result_table("Target", "Figure", "Measured", "Kafka's target", "Result")
     for m in measurements:

@@ -7,7 +7,7 @@ from typing import Any
 
 from onceflow.bench.eos_figures import EosMeasurement, target_results
 from onceflow.bench.eos_run import EosSettings
-from onceflow.bench.stats import Phase
+from onceflow.bench.stats import BrokerCost, Phase
 from onceflow.bench.throughput import BenchSettings, IdleMeasurement, Measurement, ratios
 
 
@@ -82,6 +82,9 @@ def eos_json(measurements: list[EosMeasurement], settings: EosSettings) -> dict[
                 "produce_rounds": _rounds_json(m.produce_rounds),
                 "consume_rounds": _rounds_json(m.consume_rounds),
                 "transactions": m.transactions.as_json() if m.transactions else None,
+                "costs": {phase: cost.as_json() for phase, cost in m.costs().items()},
+                "produce_cost_rounds": _costs_json(m.produce_costs),
+                "consume_cost_rounds": _costs_json(m.consume_costs),
                 "consumed_topic": (
                     dict(zip(("records", "committed_records"), m.consumed_topic, strict=True))
                     if m.consumed_topic
@@ -105,3 +108,7 @@ def eos_json(measurements: list[EosMeasurement], settings: EosSettings) -> dict[
 
 def _rounds_json(rounds: dict[str, list[Phase]]) -> dict[str, list[dict[str, float]]]:
     return {name: [phase.as_json() for phase in phases] for name, phases in rounds.items()}
+
+
+def _costs_json(rounds: dict[str, list[BrokerCost]]) -> dict[str, list[dict[str, object]]]:
+    return {name: [cost.as_json() for cost in costs] for name, costs in rounds.items()}
