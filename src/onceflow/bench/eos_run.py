@@ -81,6 +81,8 @@ class EosSettings:
     rounds: int
     producer_settings: dict[str, Any] = field(default_factory=dict)
     consumer_settings: dict[str, Any] = field(default_factory=dict)
+    # Untimed producer rounds before the measured ones (figures dropped), every target alike.
+    warm_up_rounds: int = 0
 
     def check(self) -> None:
         """UsageError for a figure out of range."""
@@ -89,6 +91,7 @@ class EosSettings:
             ("--records", self.records, 1),
             ("--value-size", self.value_size, 1),
             ("--commit-interval-ms", self.commit_interval_ms, 1),
+            ("--warm-up-rounds", self.warm_up_rounds, 0),
         )
         if not 0 <= self.abort_ratio < 1:
             raise UsageError(
@@ -140,7 +143,8 @@ class EosRun:
             try:
                 # Rounds interleave targets and kinds, so a shared machine's drift touches
                 # each alike.
-                for number in range(1, self.settings.rounds + 1):
+                # Rounds up to 0 warm up (a JVM's JIT compiles during its first workloads).
+                for number in range(1 - self.settings.warm_up_rounds, self.settings.rounds + 1):
                     for target in live:
                         self._guarded(target, self._produce_round, number)
                 for number in range(1, self.settings.rounds + 1):
@@ -185,8 +189,10 @@ class EosRun:
             self._fail(target.m, exc)
 
     def _produce_round(self, target: LiveEosTarget, number: int) -> None:
-        """One round of each producer kind, each on a topic of its own."""
-        s, m, session = self.settings, target.m, target.session
+        """One round of each producer kind, each on a topic of its own (a warm-up round's
+        figures go to a measurement that is dropped)."""
+        s, session = self.settings, target.session
+        m = target.m if number >= 1 else EosMeasurement(target.m.target)
         assert session is not None
         for mode in PRODUCERS:
             self._start_task(target, mode, f"{m.target} {mode}", number, s.records)
@@ -195,7 +201,7 @@ class EosRun:
             keep = False
             try:
                 cpu = target.cpu()
-                phase, committed, reports = self._produce(target, topic, mode)
+                phase, committed, reports = self._produce(target, topic, mode, m)
                 m.produce_rounds.setdefault(mode, []).append(phase)
                 m.produce_costs.setdefault(mode, []).append(
                     BrokerCost(
@@ -219,14 +225,16 @@ class EosRun:
         """One progress line per target and kind, reset at each round."""
         rounds = self.settings.rounds
         description = label if rounds == 1 else f"{label} {number}/{rounds}"
+        if number < 1:
+            description = f"{label} warm-up"
         round_task(self.progress, target.tasks, kind, description, total)
 
     def _produce(
-        self, target: LiveEosTarget, topic: str, mode: str
+        self, target: LiveEosTarget, topic: str, mode: str, m: EosMeasurement
     ) -> tuple[Phase, int, list[ProducerReport]]:
         """One round of one producer kind: its figures, how many records it committed, and
         the producers' reports."""
-        s, m, bootstrap, task = self.settings, target.m, target.bootstrap, target.tasks[mode]
+        s, bootstrap, task = self.settings, target.bootstrap, target.tasks[mode]
         config = {**s.producer_settings, **MODE_SETTINGS[mode]}
         shares = split_records(s.records, s.producers)
         if mode != "transactional":

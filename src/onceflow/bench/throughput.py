@@ -85,6 +85,8 @@ class BenchSettings:
     replication_factor: int
     idle_partitions: int
     rounds: int = DEFAULT_ROUNDS
+    # Untimed rounds before the measured ones (figures dropped), every target alike.
+    warm_up_rounds: int = 0
     producer_settings: dict[str, Any] = field(default_factory=dict)
     consumer_settings: dict[str, Any] = field(default_factory=dict)
 

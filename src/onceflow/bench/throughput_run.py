@@ -82,11 +82,16 @@ class BenchRun:
         with ExitStack() as brokers:
             started = [self._start(spec, brokers) for spec in specs]
             live = [target for target in started if target is not None]
-            for number in range(1, s.rounds + 1):
+            # Rounds from 1 - warm_up_rounds to 0 warm up (a JVM's JIT compiles during its
+            # first workloads); their figures are dropped.
+            for number in range(1 - s.warm_up_rounds, s.rounds + 1):
                 for size in s.value_sizes:
                     for target in live:
                         if not target.failed:
-                            self._measure_round(target, self._measurement(target, size), number)
+                            m = self._measurement(target, size)
+                            if number < 1:
+                                m = Measurement(m.target, m.value_size, m.records)
+                            self._measure_round(target, m, number)
         if s.idle_partitions:
             for target in live:
                 if target.spec.started_here and not target.failed:
@@ -171,6 +176,8 @@ class BenchRun:
         rounds = self.settings.rounds
         label = f"{m.target} {size_text(m.value_size)}"
         description = f"{label} {phase}" if rounds == 1 else f"{label} {number}/{rounds} {phase}"
+        if number < 1:
+            description = f"{label} warm-up {phase}"
         key = (m.target, m.value_size, phase)
         return round_task(self.progress, self._tasks, key, description, total)
 

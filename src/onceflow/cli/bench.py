@@ -29,7 +29,7 @@ from onceflow.bench.throughput_run import BenchRun
 from onceflow.bench.workload import client_settings
 from onceflow.cli import bench_options
 from onceflow.cli.errors import UsageError
-from onceflow.cli.options import ConsumerProperties, ProducerProperties
+from onceflow.cli.options import ConsumerProperties, ProducerProperties, require_at_least
 
 
 def bench_command(
@@ -65,6 +65,7 @@ def bench_command(
         ),
     ] = 0,
     rounds: bench_options.Rounds = DEFAULT_ROUNDS,
+    warm_up_rounds: bench_options.WarmUpRounds = 0,
     producer_property: ProducerProperties = None,
     consumer_property: ConsumerProperties = None,
     json_path: bench_options.JsonReport = None,
@@ -73,6 +74,8 @@ def bench_command(
     settings = bench_settings(
         value_size, records, producers, partitions, replication_factor, idle_partitions, rounds
     )
+    require_at_least(("--warm-up-rounds", warm_up_rounds, 0))
+    settings.warm_up_rounds = warm_up_rounds
     settings.producer_settings = client_settings(
         PRODUCER_SETTINGS, producer_property, "--producer-property"
     )

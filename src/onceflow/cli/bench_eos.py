@@ -66,6 +66,7 @@ def bench_eos_command(
         typer.Option("--abort-ratio", help="Share of transactions aborted instead of committed."),
     ] = DEFAULT_ABORT_RATIO,
     rounds: bench_options.Rounds = DEFAULT_ROUNDS,
+    warm_up_rounds: bench_options.WarmUpRounds = 0,
     producer_property: ProducerProperties = None,
     consumer_property: ConsumerProperties = None,
     json_path: bench_options.JsonReport = None,
@@ -83,6 +84,7 @@ def bench_eos_command(
         rounds,
         client_settings(EOS_PRODUCER_SETTINGS, producer_property, "--producer-property"),
         client_settings(EOS_CONSUMER_SETTINGS, consumer_property, "--consumer-property"),
+        warm_up_rounds,
     )
     settings.check()
     specs = eos_targets(

@@ -59,6 +59,13 @@ Rounds = Annotated[
         "--rounds", help="Measure this many times (targets interleaved); show the median round."
     ),
 ]
+WarmUpRounds = Annotated[
+    int,
+    typer.Option(
+        "--warm-up-rounds",
+        help="Untimed rounds first, every target alike (a JVM's JIT warms up); dropped.",
+    ),
+]
 JsonReport = Annotated[
     Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")
 ]
