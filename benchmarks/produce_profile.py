@@ -2,15 +2,18 @@
 `onceflow bench`'s producers write to it, and the samples are summed by function.
 
     python benchmarks/produce_profile.py [--records 1000000] [--value-size 100] \
-        [--producers 2] [--no-fsync] [--rate 200] [--top 15]
+        [--producers 2] [--no-fsync] [--rate 500] [--top 15]
 
 Starts a broker (fsync on unless --no-fsync) in a temporary directory, creates a 6-partition
 topic, starts `py-spy record --nonblocking -f raw` on the broker, runs the producers of
 `onceflow bench` (acks=all, idempotent, linger.ms=5), then stops py-spy. Prints the broker's
 CPU time per Produce request (utime + stime from /proc, requests from librdkafka's statistics)
 and the functions with the most samples: "own" counts samples where the function itself ran
-(the leaf), "total" samples where it was anywhere on the stack; both are shares of the busy
-samples (py-spy leaves idle threads out). Needs py-spy (`pip install py-spy`).
+(the leaf), "total" samples where it was anywhere below the event loop's callback (or a pool
+thread's job); both are shares of the busy samples of every thread (samples in epoll and of
+pool threads waiting for a job are left out: py-spy --nonblocking counts them as busy). The
+us/request column spreads the broker's CPU per request by these shares: a sample is wall
+time of a thread, so an fsync's wait shows as time too. Needs py-spy (`pip install py-spy`).
 """
 
 from __future__ import annotations
@@ -45,13 +48,16 @@ def frame_name(frame: str) -> str:
     return f"{Path(match['file']).name}:{match['function']}"
 
 
-# The event loop waiting in epoll: py-spy --nonblocking counts it as busy, it is not.
-WAITING = "selectors.py:EpollSelector.select"
+# Waiting, not working: the event loop in epoll, a pool thread for its next job (py-spy
+# --nonblocking cannot tell a blocked thread from a busy one).
+WAITING = {"selectors.py:EpollSelector.select", "thread.py:_worker"}
+# What a thread runs is below these frames: a callback of the event loop, a pool thread's job.
+ANCHORS = {"events.py:Handle._run", "thread.py:_worker"}
 
 
 def summarize(raw: str) -> tuple[int, int, collections.Counter[str], collections.Counter[str]]:
     """Busy samples, waiting samples, and per function of the busy ones: as the leaf (own),
-    anywhere on the stack (total)."""
+    anywhere on the stack below the event loop's callback or the pool thread's job (total)."""
     own: collections.Counter[str] = collections.Counter()
     total: collections.Counter[str] = collections.Counter()
     samples = waiting = 0
@@ -64,12 +70,14 @@ def summarize(raw: str) -> tuple[int, int, collections.Counter[str], collections
         frames = [frame_name(f) for f in stack.split(";") if "(" in f]
         if not frames:
             continue
-        if frames[-1] == WAITING:
+        if frames[-1] in WAITING:
             waiting += count
             continue
         samples += count
         own[frames[-1]] += count
-        for name in set(frames):
+        anchored = [i for i, name in enumerate(frames) if name in ANCHORS]
+        work = frames[anchored[-1] + 1 :] if anchored else frames
+        for name in set(work):
             total[name] += count
     return samples, waiting, own, total
 
@@ -80,7 +88,7 @@ def main() -> None:
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--no-fsync", action="store_true")
-    parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
     py_spy = shutil.which("py-spy")
@@ -131,16 +139,14 @@ def main() -> None:
         f"({args.records / seconds:,.0f} rec/s), {requests:,} Produce requests "
         f"({args.records / max(requests, 1):,.0f} records each), broker CPU {cpu:.2f} s = "
         f"{cpu * 1e6 / max(requests, 1):,.0f} us/request; {samples:,} busy samples, {waiting:,} "
-        "in epoll (left out)"
+        "waiting (epoll, idle pool threads: left out)"
     )
     us_per_sample = cpu * 1e6 / max(requests, 1) / max(samples, 1)
-    # The entry point's frames (main, run_forever, ...) are on nearly every stack: left out.
-    chain = {name for name, count in total.items() if count >= 0.9 * samples}
     for title, counter in (("own time (the leaf)", own), ("total time (on the stack)", total)):
         print(f"\nTop {args.top} by {title}; us/request = share x CPU per request\n")
         print("| function | own | total | ~us/request |")
         print("|---|---|---|---|")
-        ranked = [(n, c) for n, c in counter.most_common() if n not in chain][: args.top]
+        ranked = counter.most_common(args.top)
         for name, count in ranked:
             print(
                 f"| `{name}` | {100 * own[name] / samples:.1f}% | "
