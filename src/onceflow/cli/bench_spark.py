@@ -24,11 +24,14 @@ def bench_spark_command(
     nodes: Annotated[
         int, typer.Option("--nodes", help="Nodes of the Apache Kafka cluster (--apache-kafka).")
     ] = 3,
+    rounds: Annotated[
+        int, typer.Option("--rounds", help="Run everything this many times; median round.")
+    ] = 1,
 ) -> None:
     """Copy and word count pipelines: exactly-once vs plain sink, records/s and the ratio, on
     the embedded broker and (--apache-kafka) on an Apache Kafka cluster, in one run."""
-    if min(records, sentences, per_trigger, cores, nodes) < 1:
+    if min(records, sentences, per_trigger, cores, nodes, rounds) < 1:
         raise typer.BadParameter("every option must be positive")
     kafka = kafka_distribution(apache_kafka) if apache_kafka is not None else None
-    results = run_spark_bench(records, sentences, per_trigger, cores, kafka, nodes)
+    results = run_spark_bench(records, sentences, per_trigger, cores, kafka, nodes, rounds)
     Console().print(spark_table(results, cores))
