@@ -142,8 +142,7 @@ class EosRun:
             ]
             try:
                 # Rounds interleave targets and kinds, so a shared machine's drift touches
-                # each alike.
-                # Rounds up to 0 warm up (a JVM's JIT compiles during its first workloads).
+                # each alike; rounds up to 0 warm up (a JVM compiles in its first workloads).
                 for number in range(1 - self.settings.warm_up_rounds, self.settings.rounds + 1):
                     for target in live:
                         self._guarded(target, self._produce_round, number)
