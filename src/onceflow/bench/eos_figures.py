@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from onceflow.bench.eos_producer import TxnProducerReport
-from onceflow.bench.stats import Latency, Phase, medians, rate_ratio
+from onceflow.bench.stats import BrokerCost, CostSummary, Latency, Phase, medians, rate_ratio
 
 PRODUCERS = ("plain", "idempotent", "transactional")
 ISOLATIONS = ("read_uncommitted", "read_committed")
@@ -67,6 +67,9 @@ class EosMeasurement:
     produce_rounds: dict[str, list[Phase]] = field(default_factory=dict)
     consume_rounds: dict[str, list[Phase]] = field(default_factory=dict)
     txn_reports: list[TxnProducerReport] = field(default_factory=list)
+    # What each round of each kind cost the broker (CPU: a started broker's).
+    produce_costs: dict[str, list[BrokerCost]] = field(default_factory=dict)
+    consume_costs: dict[str, list[BrokerCost]] = field(default_factory=dict)
     # The topic the consumers read: (records in it, records in committed transactions).
     consumed_topic: tuple[int, int] | None = None
     error: str | None = None
@@ -78,6 +81,12 @@ class EosMeasurement:
     @property
     def consume(self) -> dict[str, Phase]:
         return medians(self.consume_rounds)
+
+    def costs(self) -> dict[str, CostSummary]:
+        """Each kind's costs over its rounds, keyed "<producer> produce"/"<isolation> consume"."""
+        found = {f"{k} produce": CostSummary.of(v) for k, v in self.produce_costs.items()}
+        found.update({f"{k} consume": CostSummary.of(v) for k, v in self.consume_costs.items()})
+        return found
 
     @property
     def transactions(self) -> Transactions | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Producer
 
+from onceflow.bench.client_stats import ClientStats
 from onceflow.bench.errors import STALL_TIMEOUT_S, BenchError
 from onceflow.bench.producers import (
     PROGRESS_EVERY,
@@ -69,7 +70,13 @@ def _produce_transactions(job: TxnProducerJob, report: TxnProducerReport) -> Non
             report.first_ack_ms.append((time.monotonic() - awaiting_first_ack.pop()) * 1000)
 
     errors = ClientErrors()
-    config = {**job.settings, "transactional.id": job.transactional_id, "on_delivery": on_delivery}
+    stats = ClientStats()
+    config = {
+        **job.settings,
+        **stats.settings(),
+        "transactional.id": job.transactional_id,
+        "on_delivery": on_delivery,
+    }
     producer = Producer(client_config(job.bootstrap, errors, config))
     # Connected, with a producer id and epoch, before the clock runs.
     producer.init_transactions(REQUEST_TIMEOUT_S)
@@ -80,6 +87,7 @@ def _produce_transactions(job: TxnProducerJob, report: TxnProducerReport) -> Non
     interval_s = job.commit_interval_ms / 1000
     sent = index = 0
     report.started = clock()
+    stats.start()
     while sent < job.records:
         producer.begin_transaction()
         began = clock()
@@ -107,6 +115,8 @@ def _produce_transactions(job: TxnProducerJob, report: TxnProducerReport) -> Non
         index += 1
         errors.raise_if_fatal()
     report.finished = clock()
+    stats.final(poll)  # off the clock
+    report.add_stats(stats)
     print(f"progress {report.delivered}", flush=True)
 
 

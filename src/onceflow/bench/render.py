@@ -65,6 +65,39 @@ def results_table(measurements: list[Measurement], baseline: str) -> Table:
     return table
 
 
+def _figure(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def cost_table(measurements: list[Measurement]) -> Table:
+    """What the median round cost each started broker, and how long Produce requests took to
+    be answered (the clients' round trips, librdkafka's statistics: any target)."""
+    table = result_table(
+        "Target",
+        "Value",
+        "Produce requests",
+        "CPU us/request",
+        "CPU us/record produced",
+        "CPU us/record consumed",
+        "Ack p50 ms",
+        "Ack p99 ms",
+        right_from=1,
+    )
+    for m in measurements:
+        produce, consume = m.produce_cost, m.consume_cost
+        table.add_row(
+            m.target,
+            size_text(m.value_size),
+            _figure(produce.requests, 0),
+            _figure(produce.cpu_us_per_request, 0),
+            _figure(produce.cpu_us_per_record, 2),
+            _figure(consume.cpu_us_per_record, 2),
+            _figure(produce.rtt_p50_ms, 2),
+            _figure(produce.rtt_p99_ms, 2),
+        )
+    return table
+
+
 def idle_table(idle: list[IdleMeasurement]) -> Table:
     table = result_table("Target", "Idle partitions", "RSS empty", "RSS with idle partitions")
     for item in idle:
@@ -132,6 +165,32 @@ def latency_table(measurements: list[EosMeasurement]) -> Table:
                 f"{latency.p50:.1f}",
                 f"{latency.p99:.1f}",
                 f"{latency.max:.1f}",
+            )
+    return table
+
+
+def eos_cost_table(measurements: list[EosMeasurement]) -> Table:
+    """Each kind's cost to a started broker, and the producers' round trips (any target)."""
+    table = result_table(
+        "Target",
+        "Phase",
+        "Produce requests",
+        "CPU us/request",
+        "CPU us/record",
+        "Ack p50 ms",
+        "Ack p99 ms",
+        right_from=2,
+    )
+    for m in measurements:
+        for phase, cost in m.costs().items():
+            table.add_row(
+                m.target,
+                phase,
+                _figure(cost.requests, 0),
+                _figure(cost.cpu_us_per_request, 0),
+                _figure(cost.cpu_us_per_record, 2),
+                _figure(cost.rtt_p50_ms, 2),
+                _figure(cost.rtt_p99_ms, 2),
             )
     return table
 

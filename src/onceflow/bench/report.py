@@ -7,7 +7,7 @@ from typing import Any
 
 from onceflow.bench.eos_figures import EosMeasurement, target_results
 from onceflow.bench.eos_run import EosSettings
-from onceflow.bench.stats import Phase
+from onceflow.bench.stats import BrokerCost, Phase
 from onceflow.bench.throughput import BenchSettings, IdleMeasurement, Measurement, ratios
 
 
@@ -27,6 +27,7 @@ def throughput_json(
             "partitions": settings.partitions,
             "replication_factor": settings.replication_factor,
             "rounds": settings.rounds,
+            "warm_up_rounds": settings.warm_up_rounds,
             "producer": dict(settings.producer_settings),
             "consumer": dict(settings.consumer_settings),
         },
@@ -40,10 +41,14 @@ def throughput_json(
                 "ratio_vs_baseline": dict(
                     zip(("produce", "consume"), found[(m.target, m.value_size)], strict=True)
                 ),
+                "produce_cost": m.produce_cost.as_json(),
+                "consume_cost": m.consume_cost.as_json(),
                 "rss_max_bytes": m.rss_max,
                 "rss_end_bytes": m.rss_end,
                 "produce_rounds": [phase.as_json() for phase in m.produce_rounds],
                 "consume_rounds": [phase.as_json() for phase in m.consume_rounds],
+                "produce_cost_rounds": [cost.as_json() for cost in m.produce_costs],
+                "consume_cost_rounds": [cost.as_json() for cost in m.consume_costs],
                 "rss_rounds": [
                     {"rss_max_bytes": peak, "rss_end_bytes": end} for peak, end in m.rss_rounds
                 ],
@@ -66,6 +71,7 @@ def eos_json(measurements: list[EosMeasurement], settings: EosSettings) -> dict[
             "commit_interval_ms": settings.commit_interval_ms,
             "abort_ratio": settings.abort_ratio,
             "rounds": settings.rounds,
+            "warm_up_rounds": settings.warm_up_rounds,
             "producer": dict(settings.producer_settings),
             "consumer": dict(settings.consumer_settings),
         },
@@ -78,6 +84,9 @@ def eos_json(measurements: list[EosMeasurement], settings: EosSettings) -> dict[
                 "produce_rounds": _rounds_json(m.produce_rounds),
                 "consume_rounds": _rounds_json(m.consume_rounds),
                 "transactions": m.transactions.as_json() if m.transactions else None,
+                "costs": {phase: cost.as_json() for phase, cost in m.costs().items()},
+                "produce_cost_rounds": _costs_json(m.produce_costs),
+                "consume_cost_rounds": _costs_json(m.consume_costs),
                 "consumed_topic": (
                     dict(zip(("records", "committed_records"), m.consumed_topic, strict=True))
                     if m.consumed_topic
@@ -101,3 +110,7 @@ def eos_json(measurements: list[EosMeasurement], settings: EosSettings) -> dict[
 
 def _rounds_json(rounds: dict[str, list[Phase]]) -> dict[str, list[dict[str, float]]]:
     return {name: [phase.as_json() for phase in phases] for name, phases in rounds.items()}
+
+
+def _costs_json(rounds: dict[str, list[BrokerCost]]) -> dict[str, list[dict[str, object]]]:
+    return {name: [cost.as_json() for cost in costs] for name, costs in rounds.items()}

@@ -7,6 +7,7 @@ containing "ready"; its resident set size is read from /proc while it runs.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from rich.console import Console
 
@@ -47,6 +49,31 @@ def rss_bytes(pid: int) -> int | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (utime + stime, every thread) a process has used, from /proc (None once gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Broker(Protocol):
+    """A broker the benchmark started: a process to watch, and to stop at the end."""
+
+    name: str
+
+    @property
+    def pid(self) -> int: ...
+
+    def wait_ready(self, timeout_s: float = BROKER_READY_TIMEOUT_S) -> None: ...
+
+    def rss(self) -> int | None: ...
+
+    def stop(self, grace_s: float = 10.0) -> None: ...
 
 
 class BrokerProcess:
@@ -170,7 +197,7 @@ def tansu_binary() -> str | None:
 
 
 # Starts a broker named NAME with its files under a work directory; gives it and its address.
-Launcher = Callable[[str, Path], tuple["BrokerProcess", str]]
+Launcher = Callable[[str, Path], tuple[Broker, str]]
 
 
 @dataclass
@@ -187,7 +214,7 @@ class TargetSpec:
 
 
 def onceflow_launcher(fsync: bool) -> Launcher:
-    def launch(name: str, workdir: Path) -> tuple[BrokerProcess, str]:
+    def launch(name: str, workdir: Path) -> tuple[Broker, str]:
         port = free_port()
         argv = [sys.executable, "-m", "onceflow.cli.main", "broker"]
         argv += ["--data-dir", str(workdir / "data"), "--listen", f"127.0.0.1:{port}"]
@@ -199,7 +226,7 @@ def onceflow_launcher(fsync: bool) -> Launcher:
 
 
 def tansu_launcher(binary: str) -> Launcher:
-    def launch(name: str, workdir: Path) -> tuple[BrokerProcess, str]:
+    def launch(name: str, workdir: Path) -> tuple[Broker, str]:
         port = free_port()
         url = f"tcp://127.0.0.1:{port}"
         argv = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
@@ -229,7 +256,7 @@ def require_distinct_names(specs: Sequence[TargetSpec]) -> list[str]:
 @contextmanager
 def target_broker(
     spec: TargetSpec, console: Console, purpose: str = "throughput"
-) -> Iterator[tuple[str, BrokerProcess | None]]:
+) -> Iterator[tuple[str, Broker | None]]:
     """The target's address, and its broker process if the benchmark starts it (then stops it)."""
     if spec.launch is None:
         assert spec.bootstrap is not None
@@ -245,7 +272,7 @@ def target_broker(
             broker.stop()
 
 
-def settled_rss(broker: BrokerProcess) -> int | None:
+def settled_rss(broker: Broker) -> int | None:
     # A benchmark figure, not a test: give the broker a moment to finish allocating.
     time.sleep(IDLE_SETTLE_S)
     return broker.rss()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from onceflow.bench.stats import MB, Phase, median_phase, rate_ratio
+from onceflow.bench.stats import MB, BrokerCost, CostSummary, Phase, median_phase, rate_ratio
 from onceflow.bench.targets import (
     TargetSpec,
     onceflow_launcher,
@@ -34,7 +35,18 @@ class Measurement:
     # A started broker's RSS during each round's workload: (maximum, at the end); None for
     # a broker the benchmark did not start.
     rss_rounds: list[tuple[int | None, int | None]] = field(default_factory=list)
+    # What each round's produce and consume phases cost the broker (CPU: a started broker's).
+    produce_costs: list[BrokerCost] = field(default_factory=list)
+    consume_costs: list[BrokerCost] = field(default_factory=list)
     error: str | None = None
+
+    @property
+    def produce_cost(self) -> CostSummary:
+        return CostSummary.of(self.produce_costs)
+
+    @property
+    def consume_cost(self) -> CostSummary:
+        return CostSummary.of(self.consume_costs)
 
     @property
     def produce(self) -> Phase | None:
@@ -73,6 +85,8 @@ class BenchSettings:
     replication_factor: int
     idle_partitions: int
     rounds: int = DEFAULT_ROUNDS
+    # Untimed rounds before the measured ones (figures dropped), every target alike.
+    warm_up_rounds: int = 0
     producer_settings: dict[str, Any] = field(default_factory=dict)
     consumer_settings: dict[str, Any] = field(default_factory=dict)
 
@@ -125,9 +139,14 @@ def default_count(size: int) -> int:
 
 
 def throughput_targets(
-    addresses: list[str], embedded: bool, tansu: bool, tansu_path: str | None
+    addresses: list[str],
+    embedded: bool,
+    tansu: bool,
+    tansu_path: str | None,
+    kafka: Sequence[TargetSpec] = (),
 ) -> list[TargetSpec]:
-    """The given addresses, then the brokers to start: both onceflow kinds, and Tansu."""
+    """The given addresses, then the brokers to start: both onceflow kinds, Tansu, and the
+    Apache Kafka targets (kafka_target.kafka_targets)."""
     specs = [parse_target(address) for address in addresses]
     if embedded:
         specs.append(TargetSpec("onceflow (fsync)", launch=onceflow_launcher(fsync=True)))
@@ -137,4 +156,5 @@ def throughput_targets(
         if binary is None:
             raise UsageError("--tansu: no tansu executable found; give --tansu-binary PATH.")
         specs.append(TargetSpec("tansu (memory)", launch=tansu_launcher(binary)))
+    specs.extend(kafka)
     return specs

@@ -18,17 +18,19 @@ from rich.progress import Progress, TaskID
 from onceflow.bench.consumer import consume_topic
 from onceflow.bench.producers import (
     ProducerJob,
+    ProducerReport,
     delivered_phase,
     run_producer_processes,
     split_records,
 )
 from onceflow.bench.progress import round_task
 from onceflow.bench.render import size_text
-from onceflow.bench.stats import Phase
+from onceflow.bench.stats import BrokerCost, Phase
 from onceflow.bench.targets import (
-    BrokerProcess,
+    Broker,
     RssSampler,
     TargetSpec,
+    cpu_seconds,
     settled_rss,
     target_broker,
 )
@@ -44,7 +46,7 @@ class LiveTarget:
     """A target during the rounds: its admin session, and its broker if started here."""
 
     spec: TargetSpec
-    broker: BrokerProcess | None
+    broker: Broker | None
     session: AdminSession | None = None
     failed: bool = False
 
@@ -80,11 +82,16 @@ class BenchRun:
         with ExitStack() as brokers:
             started = [self._start(spec, brokers) for spec in specs]
             live = [target for target in started if target is not None]
-            for number in range(1, s.rounds + 1):
+            # Rounds from 1 - warm_up_rounds to 0 warm up (a JVM's JIT compiles during its
+            # first workloads); their figures are dropped.
+            for number in range(1 - s.warm_up_rounds, s.rounds + 1):
                 for size in s.value_sizes:
                     for target in live:
                         if not target.failed:
-                            self._measure_round(target, self._measurement(target, size), number)
+                            m = self._measurement(target, size)
+                            if number < 1:
+                                m = Measurement(m.target, m.value_size, m.records)
+                            self._measure_round(target, m, number)
         if s.idle_partitions:
             for target in live:
                 if target.spec.started_here and not target.failed:
@@ -139,11 +146,22 @@ class BenchRun:
             create_topic(session, topic, self.settings.partitions, self.settings.replication_factor)
             try:
                 task = self._task(m, "produce", number, m.records)
-                produced = self._produce(session.bootstrap, topic, size, task)
+                cpu = self._cpu(target)
+                produced, reports = self._produce(session.bootstrap, topic, size, task)
                 m.produce_rounds.append(produced)
+                m.produce_costs.append(
+                    BrokerCost(
+                        produced.records,
+                        self._cpu_since(target, cpu),
+                        sum(r.produce_requests for r in reports),
+                        [tuple(w) for r in reports for w in r.rtt_windows],
+                    )
+                )
                 task = self._task(m, "consume", number, produced.records)
+                cpu = self._cpu(target)
                 consumed = self._consume(session.bootstrap, topic, produced.records, task)
                 m.consume_rounds.append(consumed)
+                m.consume_costs.append(BrokerCost(consumed.records, self._cpu_since(target, cpu)))
             finally:
                 delete_topic(session, topic)
             if sampler is not None:
@@ -158,17 +176,31 @@ class BenchRun:
         rounds = self.settings.rounds
         label = f"{m.target} {size_text(m.value_size)}"
         description = f"{label} {phase}" if rounds == 1 else f"{label} {number}/{rounds} {phase}"
+        if number < 1:
+            description = f"{label} warm-up {phase}"
         key = (m.target, m.value_size, phase)
         return round_task(self.progress, self._tasks, key, description, total)
 
-    def _produce(self, bootstrap: str, topic: str, size: int, task: TaskID) -> Phase:
+    @staticmethod
+    def _cpu(target: LiveTarget) -> float | None:
+        return cpu_seconds(target.broker.pid) if target.broker is not None else None
+
+    def _cpu_since(self, target: LiveTarget, before: float | None) -> float | None:
+        """CPU seconds a started broker used since `before` (None for one given by address).
+        The phase's span holds the clients' connecting too: a few requests of thousands."""
+        after = self._cpu(target)
+        return None if before is None or after is None else after - before
+
+    def _produce(
+        self, bootstrap: str, topic: str, size: int, task: TaskID
+    ) -> tuple[Phase, list[ProducerReport]]:
         total = self.settings.records[size]
         jobs = [
             ProducerJob(bootstrap, topic, share, size, self.settings.producer_settings, True)
             for share in split_records(total, self.settings.producers)
         ]
         reports = run_producer_processes(jobs, self.progress, task)
-        return delivered_phase(reports, total, size)
+        return delivered_phase(reports, total, size), reports
 
     def _consume(self, bootstrap: str, topic: str, expected: int, task: TaskID) -> Phase:
         warm_ups = len(split_records(expected, self.settings.producers))  # one per producer process

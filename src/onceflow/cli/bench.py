@@ -6,8 +6,9 @@ then reads everything back with one Consumer. One workload runs at a time, so ta
 compete for the machine; everything is measured --rounds times with the targets interleaved
 in each round (a shared machine's drift touches each alike), and the tables show the median
 round. The first target (or --baseline) is the reference for the ratios. Brokers the
-benchmark starts itself (--embedded, --tansu) all run from the first round to the last, idle
-but for their own workloads, and get their RSS measured. The work is in `onceflow.bench`.
+benchmark starts itself (--embedded, --tansu, --apache-kafka) all run from the first round to
+the last, idle but for their own workloads, and get their RSS and CPU time measured. The
+work is in `onceflow.bench`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Annotated
 import typer
 
 from onceflow.bench.consumer import CONSUMER_SETTINGS
+from onceflow.bench.kafka_target import kafka_targets
 from onceflow.bench.producers import PRODUCER_SETTINGS
 from onceflow.bench.progress import bench_progress
-from onceflow.bench.render import idle_table, results_table
+from onceflow.bench.render import cost_table, idle_table, results_table
 from onceflow.bench.report import throughput_json
 from onceflow.bench.targets import require_distinct_names
 from onceflow.bench.throughput import DEFAULT_ROUNDS, bench_settings, throughput_targets
@@ -27,7 +29,7 @@ from onceflow.bench.throughput_run import BenchRun
 from onceflow.bench.workload import client_settings
 from onceflow.cli import bench_options
 from onceflow.cli.errors import UsageError
-from onceflow.cli.options import ConsumerProperties, ProducerProperties
+from onceflow.cli.options import ConsumerProperties, ProducerProperties, require_at_least
 
 
 def bench_command(
@@ -37,6 +39,8 @@ def bench_command(
     tansu_path: Annotated[
         str | None, typer.Option("--tansu-binary", help="Path of the tansu executable.")
     ] = None,
+    apache_kafka: bench_options.ApacheKafka = None,
+    apache_kafka_durability: bench_options.ApacheKafkaDurability = "both",
     baseline: Annotated[
         str | None,
         typer.Option("--baseline", help="Target the ratios compare to (default: first)."),
@@ -61,6 +65,7 @@ def bench_command(
         ),
     ] = 0,
     rounds: bench_options.Rounds = DEFAULT_ROUNDS,
+    warm_up_rounds: bench_options.WarmUpRounds = 0,
     producer_property: ProducerProperties = None,
     consumer_property: ConsumerProperties = None,
     json_path: bench_options.JsonReport = None,
@@ -69,14 +74,21 @@ def bench_command(
     settings = bench_settings(
         value_size, records, producers, partitions, replication_factor, idle_partitions, rounds
     )
+    require_at_least(("--warm-up-rounds", warm_up_rounds, 0))
+    settings.warm_up_rounds = warm_up_rounds
     settings.producer_settings = client_settings(
         PRODUCER_SETTINGS, producer_property, "--producer-property"
     )
     settings.consumer_settings = client_settings(
         CONSUMER_SETTINGS, consumer_property, "--consumer-property"
     )
+    kafka = kafka_targets(apache_kafka, apache_kafka_durability)
     specs = throughput_targets(
-        bootstrap_server or [], embedded or not (bootstrap_server or tansu), tansu, tansu_path
+        bootstrap_server or [],
+        embedded or not (bootstrap_server or tansu or kafka),
+        tansu,
+        tansu_path,
+        kafka,
     )
     names = require_distinct_names(specs)
     if baseline is not None and baseline not in names:
@@ -88,7 +100,11 @@ def bench_command(
     with progress:
         run.measure(specs)
     bench_options.report_run(
-        [results_table(run.measurements, reference), idle_table(run.idle) if run.idle else None],
+        [
+            results_table(run.measurements, reference),
+            cost_table(run.measurements),
+            idle_table(run.idle) if run.idle else None,
+        ],
         json_path,
         lambda: throughput_json(run.measurements, run.idle, reference, settings),
         run.measurements,

@@ -1,7 +1,8 @@
 """`onceflow bench-eos`: what exactly-once costs, measured in one run.
 
-For each target: producer throughput of plain (acks=all), idempotent and transactional
-producers (a commit every --commit-interval-ms), consumer throughput of read_committed and
+For each target (in rounds, the targets interleaved in each): producer throughput of plain
+(acks=all), idempotent and transactional producers (a commit every --commit-interval-ms), what
+each costs a started broker (CPU) and its round trips, consumer throughput of read_committed and
 read_uncommitted over one topic written by the transactional producers (with some of their
 transactions aborted), and how long a commit takes. The ratios are printed next to Apache
 Kafka's published targets, as met / not met: figures to read, never assertions. The work
@@ -26,8 +27,15 @@ from onceflow.bench.eos_run import (
     EosSettings,
     eos_targets,
 )
+from onceflow.bench.kafka_target import kafka_targets
 from onceflow.bench.progress import bench_progress
-from onceflow.bench.render import consumers_table, latency_table, producers_table, targets_table
+from onceflow.bench.render import (
+    consumers_table,
+    eos_cost_table,
+    latency_table,
+    producers_table,
+    targets_table,
+)
 from onceflow.bench.report import eos_json
 from onceflow.bench.targets import require_distinct_names
 from onceflow.bench.workload import client_settings
@@ -38,6 +46,8 @@ from onceflow.cli.options import ConsumerProperties, ProducerProperties
 def bench_eos_command(
     bootstrap_server: bench_options.BenchTargets = None,
     embedded: bench_options.Embedded = False,
+    apache_kafka: bench_options.ApacheKafka = None,
+    apache_kafka_durability: bench_options.ApacheKafkaDurability = "both",
     value_size: Annotated[int, typer.Option("--value-size", help="Value size in bytes.")] = (
         DEFAULT_VALUE_SIZE
     ),
@@ -56,6 +66,7 @@ def bench_eos_command(
         typer.Option("--abort-ratio", help="Share of transactions aborted instead of committed."),
     ] = DEFAULT_ABORT_RATIO,
     rounds: bench_options.Rounds = DEFAULT_ROUNDS,
+    warm_up_rounds: bench_options.WarmUpRounds = 0,
     producer_property: ProducerProperties = None,
     consumer_property: ConsumerProperties = None,
     json_path: bench_options.JsonReport = None,
@@ -73,21 +84,24 @@ def bench_eos_command(
         rounds,
         client_settings(EOS_PRODUCER_SETTINGS, producer_property, "--producer-property"),
         client_settings(EOS_CONSUMER_SETTINGS, consumer_property, "--consumer-property"),
+        warm_up_rounds,
     )
     settings.check()
-    specs = eos_targets(bootstrap_server or [], embedded)
+    specs = eos_targets(
+        bootstrap_server or [], embedded, kafka_targets(apache_kafka, apache_kafka_durability)
+    )
     require_distinct_names(specs)
 
     progress = bench_progress()
     run = EosRun(settings, progress)
     with progress:
-        for spec in specs:
-            run.measure(spec)
+        run.measure(specs)
     bench_options.report_run(
         [
             producers_table(run.measurements),
             consumers_table(run.measurements),
             latency_table(run.measurements),
+            eos_cost_table(run.measurements),
             targets_table(run.measurements),
         ],
         json_path,

@@ -30,6 +30,24 @@ Embedded = Annotated[
         help="Start onceflow's broker and measure it (fsync on; bench: and with --no-fsync).",
     ),
 ]
+ApacheKafka = Annotated[
+    str | None,
+    typer.Option(
+        "--apache-kafka",
+        metavar="DIR|fetched",
+        help="Start Apache Kafka (one node) and measure it: a distribution or its libs/ "
+        "folder, or 'fetched' for the jars onceflow fetches with Maven.",
+    ),
+]
+ApacheKafkaDurability = Annotated[
+    str,
+    typer.Option(
+        "--apache-kafka-durability",
+        metavar="both|fsync|defaults",
+        help="Kafka with fsync per write (log.flush.interval.messages=1), with its "
+        "defaults, or both (two targets).",
+    ),
+]
 ProducerCount = Annotated[int, typer.Option("--producers", help="Producer processes per workload.")]
 PartitionCount = Annotated[int, typer.Option("--partitions", help="Partitions of each topic.")]
 ReplicationFactor = Annotated[
@@ -39,6 +57,13 @@ Rounds = Annotated[
     int,
     typer.Option(
         "--rounds", help="Measure this many times (targets interleaved); show the median round."
+    ),
+]
+WarmUpRounds = Annotated[
+    int,
+    typer.Option(
+        "--warm-up-rounds",
+        help="Untimed rounds first, every target alike (a JVM's JIT warms up); dropped.",
     ),
 ]
 JsonReport = Annotated[

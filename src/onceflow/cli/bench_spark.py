@@ -1,5 +1,6 @@
 """`onceflow bench-spark`: end-to-end records/s of the bundled pipelines, exactly-once sink
-against the plain (at-least-once) sink, in one run on one local Spark session. The work is
+against the plain (at-least-once) sink, in one run on one local Spark session, on the embedded
+broker and (--apache-kafka DIR|fetched) on an Apache Kafka cluster of --nodes nodes. The work is
 in `onceflow.bench.spark`."""
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from onceflow.bench.kafka_target import kafka_distribution
 from onceflow.bench.spark import run_spark_bench, spark_table
+from onceflow.cli import bench_options
 
 
 def bench_spark_command(
@@ -17,9 +20,18 @@ def bench_spark_command(
     sentences: Annotated[int, typer.Option(help="Sentences counted per run.")] = 100_000,
     per_trigger: Annotated[int, typer.Option(help="maxOffsetsPerTrigger.")] = 100_000,
     cores: Annotated[int, typer.Option(help="local[N] cores.")] = 2,
+    apache_kafka: bench_options.ApacheKafka = None,
+    nodes: Annotated[
+        int, typer.Option("--nodes", help="Nodes of the Apache Kafka cluster (--apache-kafka).")
+    ] = 3,
+    rounds: Annotated[
+        int, typer.Option("--rounds", help="Run everything this many times; median round.")
+    ] = 1,
 ) -> None:
-    """Copy and word count pipelines: exactly-once vs plain sink, records/s and the ratio."""
-    if min(records, sentences, per_trigger, cores) < 1:
+    """Copy and word count pipelines: exactly-once vs plain sink, records/s and the ratio, on
+    the embedded broker and (--apache-kafka) on an Apache Kafka cluster, in one run."""
+    if min(records, sentences, per_trigger, cores, nodes, rounds) < 1:
         raise typer.BadParameter("every option must be positive")
-    results = run_spark_bench(records, sentences, per_trigger, cores)
+    kafka = kafka_distribution(apache_kafka) if apache_kafka is not None else None
+    results = run_spark_bench(records, sentences, per_trigger, cores, kafka, nodes, rounds)
     Console().print(spark_table(results, cores))
