@@ -4,7 +4,6 @@ a log file whose tail a failing test shows."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -17,10 +16,9 @@ from onceflow.apache_kafka.distribution import (
     MIRROR_MAKER_MAIN,
     Distribution,
     MissingTool,
+    die_with_parent,
     locate_mirror_maker,
 )
-
-_PR_SET_PDEATHSIG = 1
 
 LOG4J2 = """\
 rootLogger.level = INFO
@@ -31,11 +29,6 @@ appender.out.fileName = {log}
 appender.out.layout.type = PatternLayout
 appender.out.layout.pattern = [%d] %p %m (%c)%n
 """
-
-
-def _die_with_parent() -> None:
-    # SIGKILLed when the test process dies, even by SIGKILL: no orphan JVM left mirroring.
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def require_mirror_maker() -> Distribution:
@@ -131,7 +124,7 @@ class MirrorMaker:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent if main_thread else None,
+                preexec_fn=die_with_parent if main_thread else None,
             )
         return self
 

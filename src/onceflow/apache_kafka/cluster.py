@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import atexit
 import base64
-import ctypes
 import signal
 import socket
 import subprocess
@@ -20,7 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from onceflow.apache_kafka.distribution import Distribution, locate, require_java
+from onceflow.apache_kafka.distribution import (
+    Distribution,
+    die_with_parent,
+    locate,
+    require_java,
+)
 from onceflow.protocol.client import (
     GROUP_KEY,
     TRANSACTION_KEY,
@@ -116,16 +120,6 @@ def random_cluster_id() -> str:
         text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not text.startswith("-"):
             return text
-
-
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent() -> None:
-    # The JVM is SIGKILLed when the thread that started it ends: no orphan JVM even when the
-    # Python process is itself SIGKILLed (atexit does not run then).
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass
@@ -338,7 +332,7 @@ class KafkaCluster:
         )
         options = self._output(node, "stdout.log")
         if threading.current_thread() is threading.main_thread():
-            options["preexec_fn"] = _die_with_parent
+            options["preexec_fn"] = die_with_parent
         node.process = subprocess.Popen(command, **options)
         options["stdout"].close()
         node.paused = False

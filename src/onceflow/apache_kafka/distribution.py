@@ -8,10 +8,12 @@ common.utils.AppInfoParser)."""
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
@@ -36,6 +38,16 @@ MIRROR_MAKER_POM = "mirror-maker.pom.xml"
 # The jar whose presence says a folder holds MirrorMaker 2 (org.apache.kafka.connect.mirror).
 MIRROR_MAKER_JAR = "connect-mirror-[0-9]*.jar"
 MIRROR_MAKER_MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A `preexec_fn` for Kafka's JVMs: SIGKILLed when the thread that started them ends, so
+    no JVM is orphaned even when the Python process is itself SIGKILLed (atexit does not run
+    then). Linux only; only from the main thread's Popen, as the kernel ties it to the thread."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class MissingTool(RuntimeError):

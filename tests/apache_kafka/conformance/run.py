@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.records.control import parse_control_record
 from onceflow.records.record import iter_decoded_batches
 from tests.apache_kafka.conformance.target import UNSUPPORTED, Target
+from tests.waiting import wait_for
 
 # The API versions every scenario speaks: each broker supports them (onceflow and Kafka 4.4),
 # and the transaction paths are the classic (v1) protocol's, which onceflow implements.
@@ -148,14 +149,7 @@ class Run:
         )
 
     def wait_for(self, what: str, condition: Callable[[], Any], timeout: float = WAIT_S) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise AssertionError(f"{self.target.name}: timed out after {timeout} s: {what}")
-            time.sleep(0.05)
+        return wait_for(condition, timeout, f"{what} on {self.target.name}")
 
     # -- producers and transactions -----------------------------------------------------------
 

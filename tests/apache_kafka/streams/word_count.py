@@ -4,7 +4,6 @@ state directory, its output read back read_committed."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import signal
@@ -19,6 +18,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from onceflow.apache_kafka import Distribution
+from onceflow.apache_kafka.distribution import die_with_parent
 from tests.confluent import QUIET
 
 HERE = Path(__file__).parent
@@ -26,13 +26,6 @@ SOURCE = HERE / "WordCount.java"
 LOG4J = HERE / "log4j2.properties"
 MAIN = "WordCount"
 HEAP = "384m"
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    # Between fork and exec: the JVM is SIGKILLed when the thread that started it ends, so a
-    # SIGKILLed pytest leaves no Streams JVM behind (as KafkaCluster's nodes).
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def require_javac() -> str:
@@ -125,7 +118,7 @@ class StreamsApp:
             text=True,
             bufsize=1,
             preexec_fn=(
-                _die_with_parent if threading.current_thread() is threading.main_thread() else None
+                die_with_parent if threading.current_thread() is threading.main_thread() else None
             ),
         )
         threading.Thread(target=self._pump, args=(self.process,), daemon=True).start()
