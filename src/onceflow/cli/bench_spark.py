@@ -1,4 +1,5 @@
-"""`onceflow bench-spark`: end-to-end records/s of the bundled pipelines, exactly-once sink
+"""`onceflow bench-spark`: end-to-end records/s of the bundled pipelines (copy, wordcount,
+file-transactions, mirror), exactly-once sink
 against the plain (at-least-once) sink, in one run on one local Spark session, on the embedded
 broker and (--apache-kafka DIR|fetched) on an Apache Kafka cluster of --nodes nodes. The work is
 in `onceflow.bench.spark`."""
@@ -19,6 +20,9 @@ def bench_spark_command(
     records: Annotated[int, typer.Option(help="Records copied per run.")] = 500_000,
     sentences: Annotated[int, typer.Option(help="Sentences counted per run.")] = 100_000,
     per_trigger: Annotated[int, typer.Option(help="maxOffsetsPerTrigger.")] = 100_000,
+    files: Annotated[
+        int, typer.Option(help="Files of 100 transactions read per file-transactions run.")
+    ] = 2_000,
     cores: Annotated[int, typer.Option(help="local[N] cores.")] = 2,
     apache_kafka: bench_options.ApacheKafka = None,
     nodes: Annotated[
@@ -28,10 +32,11 @@ def bench_spark_command(
         int, typer.Option("--rounds", help="Run everything this many times; median round.")
     ] = 1,
 ) -> None:
-    """Copy and word count pipelines: exactly-once vs plain sink, records/s and the ratio, on
-    the embedded broker and (--apache-kafka) on an Apache Kafka cluster, in one run."""
-    if min(records, sentences, per_trigger, cores, nodes, rounds) < 1:
+    """The bundled pipelines (copy, word count, file-transactions, mirror): exactly-once vs
+    plain sink, records/s and the ratio, on the embedded broker and (--apache-kafka) on an
+    Apache Kafka cluster, in one run."""
+    if min(records, sentences, per_trigger, files, cores, nodes, rounds) < 1:
         raise typer.BadParameter("every option must be positive")
     kafka = kafka_distribution(apache_kafka) if apache_kafka is not None else None
-    results = run_spark_bench(records, sentences, per_trigger, cores, kafka, nodes, rounds)
+    results = run_spark_bench(records, sentences, per_trigger, cores, kafka, nodes, rounds, files)
     Console().print(spark_table(results, cores))
