@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from onceflow.bench.spark import (
@@ -102,3 +103,26 @@ def test_each_mirror_run_copies_to_its_own_topic_and_positions() -> None:
     # The mirror keeps its positions on the target per alias: a reused alias would copy nothing.
     aliases = [mirror_alias(label, n) for label in ("plain", "eos") for n in ("warm", 1, 2, 3)]
     assert len(set(aliases)) == len(aliases)
+
+
+def test_the_run_removes_its_work_directory_even_when_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full run writes about 1.8 GB of logs and checkpoints: none of it may stay behind."""
+    from onceflow.bench import spark
+
+    work = tmp_path / "work"
+    monkeypatch.setattr(spark.tempfile, "mkdtemp", lambda prefix: str(work.mkdir() or work))
+
+    class BrokenBroker:
+        def __init__(self, directory: Path, settings: dict[str, str]) -> None:
+            (directory / "segment.log").parent.mkdir(parents=True)
+            (directory / "segment.log").write_bytes(b"x" * 1024)
+
+        def start(self) -> None:
+            raise RuntimeError("the broker did not start")
+
+    monkeypatch.setattr(spark, "EmbeddedBroker", BrokenBroker)
+    with pytest.raises(RuntimeError, match="did not start"):
+        spark.run_spark_bench(records=1, sentences=1, per_trigger=1, cores=1)
+    assert not work.exists()
