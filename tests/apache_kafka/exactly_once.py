@@ -81,14 +81,23 @@ def write_transaction(
     return False
 
 
-def read_committed(bootstrap: str, topic: str, partitions: int, timeout: float = 60) -> Counter:
-    """How many times each value stands in the topic for a read_committed reader, read from
-    the start up to the ends as they are when called."""
+Record = tuple[int, int, bytes]  # (partition, offset, value)
+
+
+def read_to_ends(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    isolation: str = "read_committed",
+    timeout: float = 60,
+) -> list[Record]:
+    """Every record a reader at `isolation` gets, from the start up to the ends as they are
+    when called."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             **QUIET,
@@ -98,19 +107,27 @@ def read_committed(bootstrap: str, topic: str, partitions: int, timeout: float =
         tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
         ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
         consumer.assign(tps)
-        seen: Counter = Counter()
+        records: list[Record] = []
         at_end: set[int] = set()
         deadline = time.monotonic() + timeout
         while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"read_committed did not reach the ends {ends}"
+            assert time.monotonic() < deadline, f"{topic} not read to its ends {ends}"
             for msg in consumer.consume(500, timeout=0.5):
                 if msg.error() is not None:
                     if msg.error().code() == KafkaError._PARTITION_EOF:
                         if msg.offset() >= ends[msg.partition()]:
                             at_end.add(msg.partition())
                         continue
-                    raise AssertionError(f"read_committed: {msg.error()}")
-                seen[msg.value()] += 1
-        return seen
+                    raise AssertionError(f"reading {topic}: {msg.error()}")
+                records.append((msg.partition(), msg.offset(), msg.value()))
+        return records
     finally:
         consumer.close()
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int, timeout: float = 60) -> Counter:
+    """How many times each value stands in the topic for a read_committed reader, read from
+    the start up to the ends as they are when called."""
+    return Counter(
+        value for _, _, value in read_to_ends(bootstrap, topic, partitions, timeout=timeout)
+    )

@@ -7,22 +7,27 @@ cluster: the scheduler there runs both on one worker."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from onceflow.apache_kafka import Distribution, KafkaCluster, MissingTool, locate
 
 
-def require_apache_kafka() -> Distribution:
-    """Kafka's jars (fetched now if need be), or a skip naming what is missing; under CI a
-    failure instead: CI must run these tests."""
+def require(find: Callable[[], Distribution], what: str = "Apache Kafka") -> Distribution:
+    """The jars `find` gives (fetched now if need be), or a skip naming what is missing; under
+    CI a failure instead: CI must run these tests."""
     try:
-        return locate()
+        return find()
     except MissingTool as e:
         if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Apache Kafka tests, but {e}", pytrace=False)
-        pytest.skip(f"Apache Kafka tests skipped: {e}")
+            pytest.fail(f"CI must run the {what} tests, but {e}", pytrace=False)
+        pytest.skip(f"{what} tests skipped: {e}")
+
+
+def require_apache_kafka() -> Distribution:
+    """Kafka's jars, or a skip (a failure under CI) naming what is missing."""
+    return require(locate)
 
 
 @pytest.fixture(scope="session")

@@ -4,21 +4,18 @@ a log file whose tail a failing test shows."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import threading
 from pathlib import Path
 
-import pytest
-
 from onceflow.apache_kafka.distribution import (
     MIRROR_MAKER_MAIN,
     Distribution,
-    MissingTool,
     die_with_parent,
     locate_mirror_maker,
 )
+from tests.apache_kafka.fixtures import require
 
 LOG4J2 = """\
 rootLogger.level = INFO
@@ -32,14 +29,8 @@ appender.out.layout.pattern = [%d] %p %m (%c)%n
 
 
 def require_mirror_maker() -> Distribution:
-    """MirrorMaker 2's own set of jars (fetched now if need be), or a skip naming what is
-    missing; under CI a failure instead, as require_apache_kafka."""
-    try:
-        return locate_mirror_maker()
-    except MissingTool as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the MirrorMaker 2 tests, but {e}", pytrace=False)
-        pytest.skip(f"MirrorMaker 2 tests skipped: {e}")
+    """MirrorMaker 2's own set of jars, or a skip (a failure under CI) naming what is missing."""
+    return require(locate_mirror_maker, "MirrorMaker 2")
 
 
 def mm2_properties(source: str, target: str, topics: str, groups: str) -> str:

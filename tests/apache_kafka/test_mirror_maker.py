@@ -29,7 +29,9 @@ from onceflow.mirror.remote_offsets import remote_consumer_offsets
 from onceflow.mirror.replication_policy import ReplicationPolicy
 from tests.admin_requests import TxnDescription, describe_transactions
 from tests.apache_kafka.exactly_once import (
+    Record,
     read_committed,
+    read_to_ends,
     transactional_producer,
     write_transaction,
 )
@@ -51,50 +53,12 @@ PER_TXN = 10
 JAVA = Path(__file__).parent / "java"
 TASK_TRANSACTIONAL_ID = "source-mm2-MirrorSourceConnector-0"
 
-Record = tuple[int, int, bytes]  # (partition, offset, value)
-
 
 def read_all(
     bootstrap: str, topic: str, isolation: str = "read_committed", timeout: float = 60.0
 ) -> list[Record]:
     """Every record a reader gets, from the start to the ends as they are now."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            **QUIET,
-        }
-    )
-    try:
-        tps = [TopicPartition(topic, p, 0) for p in range(PARTITIONS)]
-        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
-        consumer.assign(tps)
-        records: list[Record] = []
-        at_end: set[int] = set()
-        wait_for(
-            lambda: len(at_end) == PARTITIONS,
-            timeout,
-            lambda: f"{topic} read to its ends {ends}",
-            poll=lambda: _take(consumer, records, at_end, ends),
-        )
-        return records
-    finally:
-        consumer.close()
-
-
-def _take(consumer: Consumer, records: list[Record], at_end: set[int], ends: dict) -> None:
-    for msg in consumer.consume(500, timeout=0.5):
-        error = msg.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                raise AssertionError(f"reading: {error}")
-            if msg.offset() >= ends[msg.partition()]:
-                at_end.add(msg.partition())
-            continue
-        records.append((msg.partition(), msg.offset(), msg.value()))
+    return read_to_ends(bootstrap, topic, PARTITIONS, isolation, timeout)
 
 
 def open_task_transaction(bootstrap: str) -> TxnDescription | None:
