@@ -68,6 +68,28 @@ class Fault:
     node_of: Callable[[], int]
 
 
+def sink_faults(cluster: KafkaCluster, output: str, prefix: str) -> list[Fault]:
+    """The sink's nodes: the leader of an output partition, then the transaction coordinator of
+    the sink's `{prefix}-0`."""
+    return [
+        Fault("the leader of an output partition", lambda: cluster.leader(output, 1)),
+        Fault(
+            "the coordinator of the sink's transactional id",
+            lambda: cluster.transaction_coordinator(f"{prefix}-0"),
+        ),
+    ]
+
+
+def topic_pipeline_faults(
+    cluster: KafkaCluster, source: str, output: str, prefix: str
+) -> list[Fault]:
+    """A topic-to-topic pipeline's nodes: the leader of an input partition, then the sink's."""
+    return [
+        Fault("the leader of an input partition", lambda: cluster.leader(source, 0)),
+        *sink_faults(cluster, output, prefix),
+    ]
+
+
 @dataclass(frozen=True)
 class PipelineRun:
     """`onceflow run PIPELINE --bootstrap-server CLUSTER --checkpoint CHECKPOINT ARGS...`,

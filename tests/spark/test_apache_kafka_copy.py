@@ -14,7 +14,7 @@ import pytest
 from onceflow.apache_kafka import KafkaCluster
 from tests.apache_kafka.exactly_once import read_committed
 
-from .apache_kafka_runs import Fault, InputWriter, PipelineRun
+from .apache_kafka_runs import InputWriter, PipelineRun, topic_pipeline_faults
 
 PARTITIONS = 2
 
@@ -59,17 +59,7 @@ def test_copy_stays_exact_through_leader_coordinator_and_driver_kills(
         ],
         log=tmp_path / "driver.log",
     )
-    run.through_faults(
-        [
-            Fault("the leader of an input partition", lambda: cluster.leader(source, 0)),
-            Fault("the leader of an output partition", lambda: cluster.leader(target, 1)),
-            Fault(
-                "the coordinator of the sink's transactional id",
-                lambda: cluster.transaction_coordinator(f"{prefix}-0"),
-            ),
-        ],
-        write_input,
-    )
+    run.through_faults(topic_pipeline_faults(cluster, source, target, prefix), write_input)
     run.finish()
     seen = read_committed(bootstrap, target, PARTITIONS)
     lost = sum((committed - seen).values())

@@ -23,7 +23,7 @@ import pytest
 from onceflow.apache_kafka import KafkaCluster
 from tests.apache_kafka.exactly_once import read_committed
 
-from .apache_kafka_runs import Fault, InputWriter, PipelineRun
+from .apache_kafka_runs import Fault, InputWriter, PipelineRun, sink_faults
 
 PARTITIONS = 2
 FILES_PER_TRANSACTION = 4
@@ -101,11 +101,7 @@ def test_file_transactions_stay_exact_through_leader_coordinator_and_driver_kill
     )
     run.through_faults(
         [
-            Fault("the leader of an output partition", lambda: cluster.leader(out, 1)),
-            Fault(
-                "the coordinator of the sink's transactional id",
-                lambda: cluster.transaction_coordinator(f"{prefix}-0"),
-            ),
+            *sink_faults(cluster, out, prefix),
             Fault(
                 "a node chosen at random",
                 lambda: rng.choice(sorted(set(cluster.nodes) - set(run.victims) or cluster.nodes)),

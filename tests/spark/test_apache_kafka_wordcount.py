@@ -20,7 +20,7 @@ from onceflow.apache_kafka import KafkaCluster
 from onceflow.pipelines.topic_reader import read_topic
 from onceflow.pipelines.wordcount_check import check_counts, words_of
 
-from .apache_kafka_runs import Fault, InputWriter, PipelineRun
+from .apache_kafka_runs import InputWriter, PipelineRun, topic_pipeline_faults
 
 PARTITIONS = 2
 
@@ -71,17 +71,7 @@ def test_wordcount_stays_exact_through_leader_coordinator_and_driver_kills(
         ],
         log=tmp_path / "driver.log",
     )
-    run.through_faults(
-        [
-            Fault("the leader of an input partition", lambda: cluster.leader(source, 0)),
-            Fault("the leader of an output partition", lambda: cluster.leader(counts, 1)),
-            Fault(
-                "the coordinator of the sink's transactional id",
-                lambda: cluster.transaction_coordinator(f"{prefix}-0"),
-            ),
-        ],
-        write_input,
-    )
+    run.through_faults(topic_pipeline_faults(cluster, source, counts, prefix), write_input)
     run.finish()
     output = read_topic(bootstrap, counts)
     report = check_counts(truth, output)
