@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from onceflow.broker.embedded import EmbeddedBroker
+
+# Property tests are judged by what they find, never by how fast one example ran: under two
+# xdist workers on a loaded 2-core machine an example took 875 ms against Hypothesis's 200 ms
+# deadline (DeadlineExceeded, then FlakyFailure on the replay). "ci", the default, has no
+# deadline and a fixed seed per test (the same examples every run, counts as each test sets);
+# HYPOTHESIS_PROFILE=explore draws new examples each run, to hunt for bugs.
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+settings.register_profile("explore", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # Apache Kafka's fixtures, defined once so that every test shares one 3-node cluster.
 pytest_plugins = ["tests.apache_kafka.fixtures"]
