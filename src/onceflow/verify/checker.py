@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from onceflow.verify.anomalies import (
@@ -106,16 +106,23 @@ class Checker:
             **details,
         )
 
-    def run(self) -> CheckResult:
-        self._observations()
-        self._compaction()
-        self._consistency()
-        self._reads()
-        self._sessions()
-        self._final()
-        self._copies()
-        self._offsets()
-        self._last_values()
+    def run(self, progress: Callable[[str], None] | None = None) -> CheckResult:
+        """Every check in turn; `progress` is told each step's name as it starts."""
+        steps = (
+            ("observations", self._observations),
+            ("compaction", self._compaction),
+            ("consistency", self._consistency),
+            ("reads", self._reads),
+            ("consumer sessions", self._sessions),
+            ("final state", self._final),
+            ("copies", self._copies),
+            ("group offsets", self._offsets),
+            ("last values", self._last_values),
+        )
+        for i, (name, step) in enumerate(steps, 1):
+            if progress is not None:
+                progress(f"{name} ({i}/{len(steps)})")
+            step()
         return CheckResult(self.anomalies, self._stats())
 
     # -- what was seen where ---------------------------------------------------------------
@@ -650,6 +657,9 @@ class Checker:
         }
 
 
-def check(ops: Iterable[Op]) -> CheckResult:
-    """Check a history (operations in the order they were recorded)."""
-    return Checker(ops).run()
+def check(ops: Iterable[Op], progress: Callable[[str], None] | None = None) -> CheckResult:
+    """Check a history (operations in the order they were recorded); `progress` is told
+    what the checker is doing ("indexing", then each step)."""
+    if progress is not None:
+        progress("indexing the history")
+    return Checker(ops).run(progress)
