@@ -97,7 +97,7 @@ def draw(line: Timeline, title: str, width_in: float = 11.0) -> Figure:
         )
     handles: list[Any] = [Patch(color=c, alpha=0.35, label=k) for k, c in sorted(kinds.items())]
     if any(e.event != "restarted" for e in line.events):
-        handles.append(Line2D([], [], color="black", lw=0.8, label="broker halt"))
+        handles.append(Line2D([], [], color="black", lw=0.8, label="halt (broker or mirror)"))
     if any(e.event == "restarted" for e in line.events):
         handles.append(Line2D([], [], color="black", ls=":", lw=0.8, label="restart"))
     if line.anomalies:
