@@ -14,6 +14,7 @@ from rich.progress import Progress
 
 import onceflow.bench.throughput_run as bench
 from onceflow.bench.errors import BenchError
+from onceflow.bench.plot import BAR_ID
 from onceflow.bench.producers import split_records as _split
 from onceflow.bench.stats import Phase
 from onceflow.bench.targets import BrokerProcess, parse_target, rss_bytes
@@ -44,7 +45,7 @@ def test_tiny_run_against_a_broker_and_started_ones(
     report = tmp_path / "bench.json"
     outcome = run(
         "bench", "-b", f"base={bootstrap}", "--embedded", "--records", "2000", "--producers", "2",
-        "--idle-partitions", "10", "--json", str(report),
+        "--idle-partitions", "10", "--json", str(report), "--plot", str(tmp_path / "bench.html"),
     )  # fmt: skip
     assert outcome.exit_code == 0, outcome.stderr
     assert outcome.lines[0].split() == " ".join(COLUMNS).split()
@@ -93,6 +94,10 @@ def test_tiny_run_against_a_broker_and_started_ones(
             assert result["rss_end_bytes"] == result["rss_rounds"][-1]["rss_end_bytes"]
     assert [figures["partitions"] for figures in document["idle"]] == [10, 10]
     assert all(figures["rss_idle"] > 1_000_000 for figures in document["idle"])
+    page = (tmp_path / "bench.html").read_text()  # --plot: a median bar per phase and workload
+    for result in document["results"]:
+        for phase in ("produce", "consume"):
+            assert f'id="{BAR_ID}{phase}-{result["target"]}-{result["value_size"]}"' in page
 
 
 def test_rounds_interleave_targets_and_the_table_shows_the_median(

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 from onceflow.verify.checker import check
 from onceflow.verify.faults import FAULT_KINDS
 from onceflow.verify.history import FAIL, OK, TXN, History, Op
+from onceflow.verify.html_report import FAULT_ID
 from tests.verify.runs import assert_clean, run_verify
 
 DURATION = "50s"
@@ -21,7 +23,7 @@ def test_verify_embedded_with_every_fault_finds_no_anomaly(tmp_path: Path) -> No
     report, stdout = run_verify(
         tmp_path,
         *("--duration", DURATION, "--faults", "all", "--seed", "11"),
-        *("--transaction-timeout-ms", "5000"),
+        *("--transaction-timeout-ms", "5000", "--report", str(tmp_path / "report")),
         timeout=240,
     )
     # each kind injected (the disk simulated where it cannot mount)
@@ -31,6 +33,15 @@ def test_verify_embedded_with_every_fault_finds_no_anomaly(tmp_path: Path) -> No
     assert report["details"]["copiers_drained"]  # so committed input = committed output
     summary = json.loads(stdout.strip().splitlines()[-1])  # the one-line JSON summary
     assert summary["anomalies"] == report["anomalies"]
+    assert report["check_s"] >= 0
+    # the HTML report: one shaded interval per injected fault, halts and restarts marked
+    page = (tmp_path / "report" / "index.html").read_text()
+    injected = sum(report["faults_injected"].values())
+    assert len(re.findall(rf'<g id="{FAULT_ID}\d+"', page)) == injected, report["faults_injected"]
+    line = json.loads((tmp_path / "report" / "timeline.json").read_text())
+    assert len(line["faults"]) == injected
+    exits = report["details"].get("broker_exits", 0)
+    assert sum(e["event"] == "exited" for e in line["events"]) == exits
 
     history = History.load(Path(report["history"]))
     assert check(history.ops).valid  # the file says what the run said

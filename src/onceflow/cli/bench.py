@@ -13,12 +13,16 @@ work is in `onceflow.bench`.
 
 from __future__ import annotations
 
+import shlex
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from onceflow.bench.consumer import CONSUMER_SETTINGS
 from onceflow.bench.kafka_target import kafka_targets
+from onceflow.bench.plot import FORMATS as PLOT_FORMATS
 from onceflow.bench.producers import PRODUCER_SETTINGS
 from onceflow.bench.progress import bench_progress
 from onceflow.bench.render import cost_table, idle_table, results_table
@@ -69,6 +73,16 @@ def bench_command(
     producer_property: ProducerProperties = None,
     consumer_property: ConsumerProperties = None,
     json_path: bench_options.JsonReport = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE",
+            help="Also draw the figures: records/s of each target and value size (median "
+            "round, every round a dot) and the producers' ack round trips over the produce "
+            "phase; FILE.png, FILE.svg, or FILE.html (self-contained, with a table).",
+        ),
+    ] = None,
 ) -> None:
     """Produce and consume throughput (records/s, MB/s) of brokers, with ratios to a baseline."""
     settings = bench_settings(
@@ -94,11 +108,17 @@ def bench_command(
     if baseline is not None and baseline not in names:
         raise UsageError(f"--baseline '{baseline}' is not a target: {', '.join(names)}.")
     reference = baseline or names[0]
+    if plot is not None and plot.suffix.lower() not in PLOT_FORMATS:
+        raise UsageError(f"--plot '{plot}': the file must end in {', '.join(PLOT_FORMATS)}.")
 
     progress = bench_progress()
     run = BenchRun(settings, progress)
     with progress:
         run.measure(specs)
+    if plot is not None:
+        from onceflow.bench.plot import write_plot
+
+        write_plot(run.measurements, plot, f"onceflow bench, baseline {reference}", command_line())
     bench_options.report_run(
         [
             results_table(run.measurements, reference),
@@ -110,3 +130,8 @@ def bench_command(
         run.measurements,
         "measurements",
     )
+
+
+def command_line() -> str:
+    """How this run was started (shown on the --plot page)."""
+    return shlex.join(["onceflow", *sys.argv[1:]])

@@ -3,6 +3,7 @@ alter their configs, as `kafka-configs.sh --alter --entity-type topics` does."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -36,10 +37,12 @@ from onceflow.cli.errors import (
     kafka_error_text,
 )
 from onceflow.cli.options import cluster_command, command_group, parse_pairs, require_at_least
-from onceflow.cli.output import result_table, stdout_console
+from onceflow.cli.output import result_table, stderr_console, stdout_console
 from onceflow.kafka_errors import kafka_error_code
 
 topics_app = command_group("Create, list, describe, alter and delete topics.")
+# From this many partitions on, create and describe say on stderr what they are waiting for.
+PROGRESS_PARTITIONS = 1000
 
 TopicName = Annotated[str, typer.Argument(metavar="NAME", help="Topic name.")]
 ExcludeInternal = Annotated[
@@ -83,6 +86,12 @@ def create_topic(
         replication_factor=replication_factor if replication_factor is not None else -1,
         config=configs,
     )
+    if partitions is not None and partitions >= PROGRESS_PARTITIONS:
+        stderr_console().print(
+            f"Creating topic {name} with {partitions:,} partitions (each one a log "
+            "directory on the broker: this takes a while).",
+            markup=False,
+        )
     _change_topic(
         session.admin.create_topics,
         new_topic,
@@ -123,10 +132,13 @@ def describe_topics(
     else:
         names = _topic_names(session, exclude_internal)
     console = stdout_console()
+    total = sum(len(session.metadata.topics[topic].partitions) for topic in names)
+    progress = DescribeProgress(len(names), total)
     for topic in names:
-        description = describe_topic(session, topic)
+        description = describe_topic(session, topic, progress)
         print(description.header(), flush=True)
         console.print(description.table())
+        progress.topic_done(len(description.partitions))
 
 
 @topics_app.command("delete")
@@ -301,11 +313,43 @@ class TopicDescription:
         return table
 
 
-def describe_topic(session: AdminSession, name: str) -> TopicDescription:
+class DescribeProgress:
+    """Where `topics describe` is, on stderr, once it has many partitions to go through
+    (PROGRESS_PARTITIONS or more): each step of a big topic and the topics done so far."""
+
+    def __init__(self, topics: int, partitions: int) -> None:
+        self.topics, self.partitions = topics, partitions
+        self.topics_done = self.partitions_done = 0
+        self.on = partitions >= PROGRESS_PARTITIONS
+        self.started = time.monotonic()
+
+    def step(self, topic: str, partitions: int, what: str) -> None:
+        if self.on and partitions >= PROGRESS_PARTITIONS:
+            self._say(f"{topic} ({partitions:,} partitions): {what}")
+
+    def topic_done(self, partitions: int) -> None:
+        self.topics_done += 1
+        self.partitions_done += partitions
+        if self.on and self.topics > 1:
+            self._say(
+                f"described {self.topics_done} of {self.topics} topics, "
+                f"{self.partitions_done:,} of {self.partitions:,} partitions"
+            )
+
+    def _say(self, text: str) -> None:
+        stderr_console().print(f"[{time.monotonic() - self.started:6.1f}s] {text}", markup=False)
+
+
+def describe_topic(
+    session: AdminSession, name: str, progress: DescribeProgress | None = None
+) -> TopicDescription:
     """Gather metadata, offsets and config overrides of one existing topic."""
     metadata: TopicMetadata = session.metadata.topics[name]
     partition_ids = sorted(metadata.partitions)
+    say = progress.step if progress is not None else lambda *_: None
+    say(name, len(partition_ids), "earliest offsets")
     earliest = partition_offsets(session.admin, name, partition_ids, OffsetSpec.earliest())
+    say(name, len(partition_ids), "latest offsets")
     latest = partition_offsets(session.admin, name, partition_ids, OffsetSpec.latest())
     rows = []
     for pid in partition_ids:
@@ -321,6 +365,7 @@ def describe_topic(session: AdminSession, name: str) -> TopicDescription:
                 error=kafka_error_text(part.error) if part.error is not None else "",
             )
         )
+    say(name, len(partition_ids), "config overrides, then the table")
     configs, configs_error = _topic_overrides(session.admin, name)
     return TopicDescription(name, rows, configs, configs_error)
 

@@ -129,6 +129,17 @@ def verify_command(
             help="Write the JSON report (every anomaly) here; - for stdout.",
         ),
     ] = None,
+    report_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            metavar="DIR",
+            help="Write an HTML report here (DIR/index.html, self-contained): committed "
+            "transactions per second and end-to-end latency over time, each fault shaded, "
+            "broker halts and restarts, anomalies where they happened, the checker's tables "
+            "and the command that reproduces the run; DIR/timeline.json holds its figures.",
+        ),
+    ] = None,
     work_dir: Annotated[
         Path | None,
         typer.Option(
@@ -263,8 +274,17 @@ def verify_command(
         if json_file is not None:
             write_json(run, json_file)
         print(json.dumps(summary(run), default=str))
+    if report_dir is not None:
+        from onceflow.verify.html_report import write_report
+
+        err.print(f"report: {write_report(run, report_dir)}")
     if run.work_dir.exists():
         err.print(f"history and logs: {run.work_dir}")
+    if "check_s" in run.details:
+        err.print(
+            f"run {run.details['run_s']:.1f} s, checked in {run.details['check_s']:.1f} s "
+            f"({run.result.stats['operations']} operations)"
+        )
     verdict = "no anomalies" if run.result.valid else f"{len(run.result.anomalies)} anomalies"
     err.print(f"onceflow verify: {verdict}" + (" (run errors)" if run.errors else ""))
     sys.stdout.flush()

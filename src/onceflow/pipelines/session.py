@@ -15,7 +15,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.client_properties import ClientPropertiesError, load_client_properties
+from onceflow.pipelines.progress import QueryStatus, StatusPrinter
 from onceflow.spark import local_session, register
+from onceflow.spark.options import SourceOptions
+from onceflow.spark.topic_offsets import TopicOffsets
 
 
 def add_common_arguments(
@@ -45,6 +48,14 @@ def add_common_arguments(
         help="Stop once every available record is processed.",
     )
     p.add_argument("--master", default=None, help="Spark master [local[2,4]].")
+    p.add_argument(
+        "--progress-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="Print a status line (records/s, batch duration, lag) on stderr this often; "
+        "0: never [10].",
+    )
     p.add_argument(
         "--command-config",
         dest="client",
@@ -108,6 +119,17 @@ class PipelineOptions:
         """The client settings as the source's and sink's `kafka.`-prefixed options."""
         return {f"kafka.{key}": value for key, value in self.client.items()}
 
+    def source_options(self) -> SourceOptions:
+        """The source's options as the source parses them (for the status line's lag)."""
+        return SourceOptions.parse(
+            {
+                "kafka.bootstrap.servers": self.bootstrap,
+                **self.kafka_options(),
+                "subscribe": self.input_topic,
+            },
+            streaming=True,
+        )
+
     def source(self, spark: SparkSession) -> DataFrame:
         """The input topic from its earliest offsets, read_committed."""
         reader = (
@@ -168,4 +190,10 @@ def run_pipeline(start: Start, app_name: str, args: argparse.Namespace, **own: A
     keywords; then run it (to the end of its input with --until-caught-up, else for good)."""
     options = PipelineOptions.from_args(args)
     query = start(session(app_name, args.master), **asdict(options), **own)
-    run_until(query, args.until_caught_up)
+    offsets = TopicOffsets(options.source_options())
+    status = QueryStatus(offsets)
+    try:
+        with StatusPrinter(lambda: status.line(query.recentProgress), args.progress_interval):
+            run_until(query, args.until_caught_up)
+    finally:
+        offsets.close_clients()

@@ -77,6 +77,7 @@ from onceflow.verify.history import (
     TXN,
     UNKNOWN,
     History,
+    Op,
 )
 from onceflow.verify.indexed_history import IndexedHistory
 from onceflow.verify.kafka_nodes import ManagedKafka, WorkloadKeys, resolve_distribution
@@ -204,6 +205,7 @@ class VerifyRun:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    history: list[Op] = field(default_factory=list)  # what the timeline report is drawn from
 
     @property
     def ok(self) -> bool:
@@ -464,7 +466,15 @@ def run_verify(
                     errors.append("the mirror did not catch up before the deadline")
         report(Progress("checking", time.monotonic() - run_started, options.duration_s))
         history.close()
-        result = check(source_ops(history.ops))
+        check_started = time.monotonic()
+        result = check(
+            source_ops(history.ops),
+            lambda step: report(
+                Progress(f"checking: {step}", time.monotonic() - run_started, options.duration_s)
+            ),
+        )
+        details["check_s"] = round(time.monotonic() - check_started, 2)
+        details["run_s"] = round(check_started - started, 2)
         if mirror is not None:
             result.anomalies.extend(check_mirror(history.ops, target_topic))
         # A run where nothing got through proves nothing: that is a failure, not a pass.
@@ -504,6 +514,7 @@ def run_verify(
         notes,
         errors,
         details,
+        source_ops(history.ops),
     )
     if temporary and run.ok:
         shutil.rmtree(work_dir, ignore_errors=True)

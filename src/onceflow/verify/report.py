@@ -130,6 +130,7 @@ def summary(run: VerifyRun) -> dict[str, Any]:
         "target": target(run),
         "duration_s": run.options.duration_s,
         "elapsed_s": round(run.elapsed_s, 1),
+        **({"check_s": run.details["check_s"]} if "check_s" in run.details else {}),
         "faults_requested": list(run.options.faults),
         "faults_injected": run.faults_injected,
         "faults_unavailable": run.unavailable,
