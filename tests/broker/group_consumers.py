@@ -114,13 +114,15 @@ class Group:
 
 
 @contextmanager
-def consuming(broker: EmbeddedBroker, topic: str, session_ms: int = 30_000) -> Iterator[Group]:
-    """CONSUMERS consumers of one group, each polling in a thread, on a new topic of
+def consuming(
+    broker: EmbeddedBroker, topic: str, session_ms: int = 30_000, consumers: int = CONSUMERS
+) -> Iterator[Group]:
+    """`consumers` consumers of one group, each polling in a thread, on a new topic of
     PARTITIONS partitions; closed at the end."""
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     group_id = f"g-{topic}"
     members = []
-    for i in range(CONSUMERS):
+    for i in range(consumers):
         consumer = Consumer(
             {
                 "bootstrap.servers": broker.bootstrap,
