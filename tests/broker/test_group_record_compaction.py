@@ -20,16 +20,25 @@ from kio.schema.types import GroupId
 from kio.static.primitive import i32, i32Timedelta
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.broker.log_cleaner import CHECKPOINT_FILE, read_checkpoints
 from onceflow.groups.group_metadata_record import decode_group_metadata_value
 from onceflow.groups.offsets_record import GroupMetadataKey, decode_key
 from onceflow.log.segment import LOG_SUFFIX
 from onceflow.protocol.client import BrokerConnection
 from onceflow.records.record import iter_decoded_batches
+from onceflow.txn.coordinator import OFFSETS_TOPIC
 from tests.admin_requests import call, connect
-from tests.broker.test_internal_compaction import OFFSETS_DIR, SETTINGS, checkpoint
 from tests.confluent import QUIET
 from tests.waiting import wait_for
 
+# Small segments of the offsets log, and a cleaner that cleans them at once.
+SETTINGS = {
+    "offsets.topic.segment.bytes": "4096",
+    "log.cleaner.backoff.ms": "50",
+    "log.cleaner.min.cleanable.ratio": "0.01",
+    "group.initial.rebalance.delay.ms": "0",
+}
+OFFSETS_DIR = f"{OFFSETS_TOPIC}-0"
 TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=60))
 ROUNDS = 40  # two records each: about 20 segments of 4 KiB
 
@@ -63,6 +72,11 @@ def generation(connection: BrokerConnection, group: str, *, leave: bool) -> tupl
         )
         assert left.error_code is ErrorCode.none
     return joined.member_id, joined.generation_id
+
+
+def checkpoint(data_dir: Path) -> int:
+    """The offsets log's clean point, as the cleaner's checkpoint file says."""
+    return read_checkpoints(data_dir / CHECKPOINT_FILE).get((OFFSETS_TOPIC, 0), 0)
 
 
 def group_records(directory: Path, group: str, below: int | None = None) -> list[int]:
@@ -105,10 +119,10 @@ def test_the_cleaner_keeps_the_latest_group_record_and_a_restart_loads_it(
     written = last_generation  # one record per generation: 1, 2, ... the last
     assert written == 2 * ROUNDS + 1
     # Everything but the active segment (a dozen records at 4 KiB) gets cleaned.
-    wait_for(lambda: checkpoint(data, OFFSETS_DIR) >= written - 20, what="the offsets log cleaned")
+    wait_for(lambda: checkpoint(data) >= written - 20, what="the offsets log cleaned")
     broker.kill()
 
-    clean_point = checkpoint(data, OFFSETS_DIR)
+    clean_point = checkpoint(data)
     below = group_records(data / OFFSETS_DIR, "kept", clean_point)
     assert len(below) <= 1, f"{below}: the group's records below the clean point"
     kept = group_records(data / OFFSETS_DIR, "kept")

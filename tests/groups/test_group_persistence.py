@@ -9,8 +9,6 @@ import struct
 from collections.abc import Callable
 
 import pytest
-from hypothesis import event, settings
-from hypothesis.stateful import rule
 from kio.schema.errors import ErrorCode
 
 from onceflow.coordinator_result import Record
@@ -29,7 +27,6 @@ from onceflow.groups.offsets_record import (
 )
 
 from .harness import SESSION_MS, Env, replay_log
-from .test_group_state_machine import GROUP, GroupMachine
 
 E = ErrorCode
 Done = Callable[[ErrorCode], None]
@@ -273,65 +270,3 @@ def test_loaded_group_over_max_size_rebalances() -> None:
     env.form_group(3)
     coord = env.restarted(group_max_size=2, group_initial_rebalance_delay_ms=0)
     assert coord.group("g").state is GroupState.PREPARING_REBALANCE
-
-
-class PersistedGroupMachine(GroupMachine):
-    """The random clients of test_group_state_machine.py, with the group's records kept and
-    the broker restarted at random: a Stable group loads exactly as it was, an Empty one with
-    its generation, and the clients carry on from there (the liveness checks of teardown)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[Record] = []
-        self.ids = itertools.count()
-        self.coord = self._coordinator(loading=False)
-
-    def _coordinator(self, *, loading: bool) -> GroupCoordinator:
-        return GroupCoordinator(
-            self.clock,
-            self.coord.config,
-            loading=loading,
-            member_id_suffix=lambda: f"m{next(self.ids)}",
-            write_records=self._write,
-        )
-
-    def _write(self, records: list[Record], done: Done) -> None:
-        self.records.extend(records)
-        done(E.none)
-
-    @rule()
-    def restart_broker(self) -> None:
-        loaded = self._coordinator(loading=True)
-        for key, value in self.records:
-            loaded.replay(key, value)
-        loaded.complete_loading()
-        before, after = self.coord.group(GROUP), loaded.group(GROUP)
-        if before is not None and before.state is GroupState.STABLE:
-            event("restart of a Stable group")
-            assert loaded.describe_groups([GROUP]) == self.coord.describe_groups([GROUP])
-            assert after is not None
-            assert (after.generation_id, after.leader_id) == (
-                before.generation_id,
-                before.leader_id,
-            )
-            assert after.static_members == before.static_members
-        elif before is not None and before.state is GroupState.EMPTY and self.records:
-            assert after is not None and after.state is GroupState.EMPTY
-            assert after.generation_id == before.generation_id
-        self.coord = loaded
-        # The connections dropped: what was in flight is never answered.
-        self.outstanding = [reply for reply in self.outstanding if reply.done]
-        for c in self.clients:
-            c.join = c.sync = None
-        # A rebalance that had not written its generation is lost, as in Kafka: the next one
-        # may use its number again.
-        self.last_generation = 0 if after is None else after.generation_id
-        for generation in [g for g in self.protocol_by_generation if g > self.last_generation]:
-            del self.protocol_by_generation[generation]
-            self.assigning_leader.pop(generation, None)
-
-
-TestPersistedGroupMachine = PersistedGroupMachine.TestCase
-TestPersistedGroupMachine.settings = settings(
-    max_examples=100, stateful_step_count=60, deadline=None
-)
