@@ -140,7 +140,7 @@ def test_restart_replays_to_same_offsets() -> None:
         restarted.fetch_offsets("h", [("t", 9)], True)[("t", 9)].error is E.unstable_offset_commit
     )
     assert sorted(restarted.group_ids()) == ["g", "h"]
-    # Membership is not persisted: the groups come back empty, clients rejoin.
+    # Simple groups (commits only, no group record): they come back empty.
     assert all(restarted.group(g).state is GroupState.EMPTY for g in ("g", "h"))
 
 
@@ -329,8 +329,9 @@ def test_replay_rejects_undecodable_records() -> None:
     env = Env()
     with pytest.raises(OffsetsRecordError):
         env.coord.replay(b"\x00\x09junk", b"")
-    # A GroupMetadataValue from a Kafka-written log is skipped on purpose.
-    env.coord.replay(b"\x00\x02\x00\x01g", b"\x00\x03whatever")
+    # A GroupMetadataValue is decoded now (group state is persisted): a corrupt one too fails.
+    with pytest.raises(OffsetsRecordError):
+        env.coord.replay(b"\x00\x02\x00\x01g", b"\x00\x03whatever")
     assert env.coord.group("g") is None
 
 

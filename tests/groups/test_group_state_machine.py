@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hypothesis import event, settings
@@ -11,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import ManualClock
+from onceflow.coordinator_result import Record
 from onceflow.groups.config import GroupCoordinatorConfig
 from onceflow.groups.coordinator import (
     GroupCoordinator,
@@ -287,6 +289,68 @@ class GroupMachine(RuleBasedStateMachine):
 
 TestGroupMachine = GroupMachine.TestCase
 TestGroupMachine.settings = settings(max_examples=200, stateful_step_count=60, deadline=None)
+
+
+class PersistedGroupMachine(GroupMachine):
+    """The random clients of test_group_state_machine.py, with the group's records kept and
+    the broker restarted at random: a Stable group loads exactly as it was, an Empty one with
+    its generation, and the clients carry on from there (the liveness checks of teardown)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[Record] = []
+        self.ids = itertools.count()
+        self.coord = self._coordinator(loading=False)
+
+    def _coordinator(self, *, loading: bool) -> GroupCoordinator:
+        return GroupCoordinator(
+            self.clock,
+            self.coord.config,
+            loading=loading,
+            member_id_suffix=lambda: f"m{next(self.ids)}",
+            write_records=self._write,
+        )
+
+    def _write(self, records: list[Record], done: Callable[[ErrorCode], None]) -> None:
+        self.records.extend(records)
+        done(E.none)
+
+    @rule()
+    def restart_broker(self) -> None:
+        loaded = self._coordinator(loading=True)
+        for key, value in self.records:
+            loaded.replay(key, value)
+        loaded.complete_loading()
+        before, after = self.coord.group(GROUP), loaded.group(GROUP)
+        if before is not None and before.state is GroupState.STABLE:
+            event("restart of a Stable group")
+            assert loaded.describe_groups([GROUP]) == self.coord.describe_groups([GROUP])
+            assert after is not None
+            assert (after.generation_id, after.leader_id) == (
+                before.generation_id,
+                before.leader_id,
+            )
+            assert after.static_members == before.static_members
+        elif before is not None and before.state is GroupState.EMPTY and self.records:
+            assert after is not None and after.state is GroupState.EMPTY
+            assert after.generation_id == before.generation_id
+        self.coord = loaded
+        # The connections dropped: what was in flight is never answered.
+        self.outstanding = [reply for reply in self.outstanding if reply.done]
+        for c in self.clients:
+            c.join = c.sync = None
+        # A rebalance that had not written its generation is lost, as in Kafka: the next one
+        # may use its number again.
+        self.last_generation = 0 if after is None else after.generation_id
+        for generation in [g for g in self.protocol_by_generation if g > self.last_generation]:
+            del self.protocol_by_generation[generation]
+            self.assigning_leader.pop(generation, None)
+
+
+TestPersistedGroupMachine = PersistedGroupMachine.TestCase
+TestPersistedGroupMachine.settings = settings(
+    max_examples=100, stateful_step_count=60, deadline=None
+)
 
 
 TPS = [("t", 0), ("t", 1), ("u", 0)]

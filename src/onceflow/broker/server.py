@@ -99,6 +99,7 @@ class Broker:
                     if k.startswith(("group.", "offsets."))
                 }
             ),
+            write_records=self.write_group_records,
         )
         self.transactions = Transactions(self)  # after the groups: it settles their offsets
         self.cleaner = LogCleaner(self)
@@ -454,6 +455,30 @@ class Broker:
             records, response, producer_id=producer_id, producer_epoch=producer_epoch
         )
 
+    def write_group_records(
+        self, records: list[tuple[bytes, bytes | None]], done: Callable[[ErrorCode], None]
+    ) -> None:
+        """The classic groups' records (groups/membership.py says when): appended now, `done`
+        with the append's error once durable or failed. They are replayed as every offsets
+        record is, which changes nothing live (the group changed before they were written)."""
+        try:
+            written = self.write_offsets_records(records, None)
+        except Exception as e:
+            halt_on_storage_error(e)
+            log.warning("writing group metadata failed: %r", e)
+            done(_group_append_error(e))
+            return
+
+        def durable(future: asyncio.Future[Any]) -> None:
+            error = None if future.cancelled() else future.exception()
+            if future.cancelled() or error is not None:
+                log.warning("group metadata not durable: %r", error)
+                done(_group_append_error(error))
+            else:
+                done(ErrorCode.none)
+
+        asyncio.ensure_future(written).add_done_callback(durable)
+
     # -- durability -------------------------------------------------------------------------
 
     def make_durable(self, partitions: list[Partition]) -> asyncio.Future[None]:
@@ -545,6 +570,14 @@ def _replay_for(batches: Iterator[DecodedBatch], groups: GroupCoordinator, secon
         if time.monotonic() >= deadline:
             return False
     return True
+
+
+def _group_append_error(error: BaseException | None) -> ErrorCode:
+    """The Kafka error of a failed append to the offsets log, as the group coordinator sees it."""
+    if isinstance(error, LogClosedError):
+        return ErrorCode.not_leader_or_follower  # closed: the broker is stopping
+    code = getattr(error, "error_code", None)
+    return code if isinstance(code, ErrorCode) else ErrorCode.unknown_server_error
 
 
 def _handshake_timeout(config: BrokerConfig) -> float:

@@ -24,7 +24,7 @@ from onceflow.groups.context import GroupContext
 from onceflow.groups.errors import CoordinatorLoadInProgressError
 from onceflow.groups.group import GroupState
 from onceflow.groups.listing import describe_group, list_groups
-from onceflow.groups.membership import Membership
+from onceflow.groups.membership import Membership, WriteRecords, written_at_once
 
 # Re-exported: the broker's handlers and the tests import these from here.
 from onceflow.groups.messages import (
@@ -51,10 +51,14 @@ class GroupCoordinator:
         *,
         loading: bool = False,
         member_id_suffix: Callable[[], str] | None = None,
+        write_records: WriteRecords = written_at_once,
     ) -> None:
+        """``write_records`` appends the classic groups' records (membership.py says when)."""
         self._ctx = GroupContext(clock, config or GroupCoordinatorConfig(), loading)
         self._membership = Membership(
-            self._ctx, member_id_suffix=member_id_suffix or (lambda: str(uuid.uuid4()))
+            self._ctx,
+            member_id_suffix=member_id_suffix or (lambda: str(uuid.uuid4())),
+            write_records=write_records,
         )
         self._offset_manager = OffsetManager(self._ctx, self._membership)
         # The APIs one manager answers alone are that manager's methods (see their docstrings).
@@ -89,7 +93,9 @@ class GroupCoordinator:
         self._ctx.loading = True
 
     def complete_loading(self) -> None:
+        """The log is replayed: requests are served, the loaded members' sessions start."""
         self._ctx.loading = False
+        self._membership.on_loaded()
 
     @property
     def offsets(self) -> OffsetStore:
@@ -160,9 +166,8 @@ class GroupCoordinator:
         decoded = decode_key(key)
         if isinstance(decoded, OffsetCommitKey):
             self._offset_manager.replay_commit(decoded, value, producer_id, transactional)
-        elif isinstance(decoded, GroupMetadataKey) and value is None:
-            # Membership is not persisted here; a value written by Kafka is skipped on purpose.
-            self._membership.replay_group_tombstone(decoded.group)
+        elif isinstance(decoded, GroupMetadataKey):
+            self._membership.replay_group_metadata(decoded.group, value)
 
 
 __all__ = [

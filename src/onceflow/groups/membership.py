@@ -1,9 +1,17 @@
 """Classic group membership, sans-IO (Kafka's GroupMetadataManager for classic groups).
 
 JoinGroup, SyncGroup, Heartbeat and LeaveGroup follow Apache Kafka's classic group coordinator.
-Membership lives in memory only and is not persisted: after a restart clients rejoin. JoinGroup
-and SyncGroup may have to wait for other members; they take a ``respond`` callback that is
-called exactly once, possibly later (see ``outbox.py``).
+JoinGroup and SyncGroup may have to wait for other members; they take a ``respond`` callback
+that is called exactly once, possibly later (see ``outbox.py``).
+
+As in Kafka, a group's record (GroupMetadataValue, ``group_metadata_record.py``) is written to
+``__consumer_offsets`` when a generation's assignment is decided (the leader's SyncGroup), when
+a generation ends empty, and when a static member rejoins a Stable group under a new id. The
+state changes in memory first and the answers wait until the record is durable; the record is
+not replayed then (Kafka's ``replayRecords=false``), only at load, where it rebuilds the group
+with its generation, members and assignments (:meth:`Membership.replay_group_metadata`), and
+the loaded members get fresh sessions (:meth:`Membership.on_loaded`): a broker restart costs
+the members no rebalance when they come back within their session timeout.
 
 Time comes from the injected clock; the broker calls :meth:`Membership.tick` periodically
 (~100 ms) and at :meth:`Membership.next_deadline` to expire sessions, rebalances and pending
@@ -12,6 +20,7 @@ members.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +31,11 @@ from onceflow.groups.context import GroupContext
 from onceflow.groups.deadlines import TimerKind, due_deadlines, next_deadline, still_set
 from onceflow.groups.errors import CoordinatorStateError
 from onceflow.groups.group import ClassicGroup, GroupState, Member
+from onceflow.groups.group_metadata_record import (
+    decode_group_metadata_value,
+    group_metadata_record,
+    loaded_group,
+)
 from onceflow.groups.messages import (
     JoinGroupMember,
     JoinGroupRequest,
@@ -35,13 +49,52 @@ from onceflow.groups.messages import (
 from onceflow.groups.offsets_record import encode_group_metadata_key
 from onceflow.groups.outbox import Outbox, answers
 
+log = logging.getLogger(__name__)
+
+# Append records to ``__consumer_offsets`` and call back once they are durable, with the
+# append's error (ErrorCode.none: written). The broker's writes through the coordinator runtime.
+WriteRecords = Callable[[list[Record], Callable[[ErrorCode], None]], None]
+
+
+def written_at_once(records: list[Record], done: Callable[[ErrorCode], None]) -> None:
+    """A log where every append is durable at once (the sans-IO tests, a coordinator alone)."""
+    del records
+    done(ErrorCode.none)
+
+
+def append_error_to_response_error(error: ErrorCode) -> ErrorCode:
+    """What a member is told when its group's record could not be written (Kafka's
+    appendGroupMetadataErrorToResponseError)."""
+    if error in (
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_enough_replicas,
+        ErrorCode.request_timed_out,
+    ):
+        return ErrorCode.coordinator_not_available
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if error in (
+        ErrorCode.message_too_large,
+        ErrorCode.record_list_too_large,
+        ErrorCode.invalid_fetch_size,
+    ):
+        return ErrorCode.unknown_server_error
+    return error
+
 
 class Membership:
     """The classic groups of one broker and their membership protocol."""
 
-    def __init__(self, context: GroupContext, *, member_id_suffix: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        context: GroupContext,
+        *,
+        member_id_suffix: Callable[[], str],
+        write_records: WriteRecords = written_at_once,
+    ) -> None:
         self._ctx = context
         self._member_id_suffix = member_id_suffix
+        self._write_records = write_records
         self._groups: dict[str, ClassicGroup] = {}
         self._outbox = Outbox()
 
@@ -82,10 +135,39 @@ class Membership:
     def replay_group_tombstone(self, group_id: str) -> None:
         """A group's tombstone, written by DeleteGroups or by offset expiry, is durable."""
         group = self._groups.get(group_id)
-        # A member may have joined between DeleteGroups and this replay: keep that group.
-        if group is not None and group.is_in(GroupState.EMPTY):
-            group.transition_to(GroupState.DEAD, self._ctx.clock())
+        if group is None:
+            return
+        # Live, a member may have joined between DeleteGroups and this replay: keep that
+        # group. At load the log is the truth: the group is gone (Kafka's removeGroup).
+        if self._ctx.loading or group.is_in(GroupState.EMPTY):
+            if group.state is not GroupState.DEAD:
+                group.transition_to(GroupState.DEAD, self._ctx.clock())
             del self._groups[group_id]
+
+    def replay_group_metadata(self, group_id: str, value: bytes | None) -> None:
+        """A GroupMetadataValue (or its tombstone) of ``__consumer_offsets``.
+
+        At load it rebuilds the group as the record says. Written live, it only persisted
+        what the coordinator had already changed in memory: nothing to apply.
+        Raises OffsetsRecordError for a value that cannot be decoded.
+        """
+        if value is None:
+            self.replay_group_tombstone(group_id)
+            return
+        decoded = decode_group_metadata_value(value)
+        if self._ctx.loading:
+            self._groups[group_id] = loaded_group(group_id, decoded, self._ctx.clock())
+
+    @answers
+    def on_loaded(self) -> None:
+        """The offsets log is loaded: each loaded member's session starts now (it has had no
+        chance to heartbeat while the broker was down), as Kafka's onLoaded; a group over
+        ``group.max.size`` (lowered since) rebalances."""
+        for group in self._groups.values():
+            for member in group.members.values():
+                self.schedule_heartbeat(member)
+            if len(group.members) > self._ctx.config.group_max_size:
+                self._maybe_prepare_rebalance(group)
 
     def schedule_heartbeat(self, member: Member) -> None:
         """Restart the member's session (a heartbeat, or a commit, which proves it alive)."""
@@ -280,27 +362,21 @@ class Membership:
         )
         self._fence_replaced_member(old)
         self.schedule_heartbeat(member)
+        previous = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
         self._update_member(member, req, respond)
 
         if group.is_in(GroupState.STABLE):
             if group.select_protocol() == group.protocol_name:
                 # Nothing the assignment depends on changed: hand the member its new id within
-                # the current generation, without a rebalance.
-                is_leader = group.is_leader(new_member_id)
-                if req.supports_skip_assignment:
-                    result = self._join_result(group, member, leader_view=True, skip=is_leader)
-                else:
-                    # Older clients are told the previous leader id, so a rejoining static
-                    # leader does not compute an assignment that a Stable group would ignore.
-                    result = JoinResult(
-                        ErrorCode.none,
-                        member_id=new_member_id,
-                        generation_id=group.generation_id,
-                        protocol_type=group.protocol_type,
-                        protocol_name=group.protocol_name,
-                        leader=current_leader or "",
-                    )
-                self._complete_join_callback(member, result)
+                # the current generation, without a rebalance, once the new id is durable.
+                assignment = {m.member_id: m.assignment for m in group.members.values()}
+                self._write_group(
+                    group,
+                    assignment,
+                    lambda error: self._static_member_stored(
+                        group, member, old_member_id, req, current_leader, previous, error
+                    ),
+                )
             else:
                 self._maybe_prepare_rebalance(group)
         elif group.is_in(GroupState.COMPLETING_REBALANCE):
@@ -311,6 +387,66 @@ class Membership:
                 f"group {group.group_id!r} is {group.state} but knows static member "
                 f"{req.group_instance_id!r}"
             )
+
+    def _static_member_stored(
+        self,
+        group: ClassicGroup,
+        member: Member,
+        old_member_id: str,
+        req: JoinGroupRequest,
+        current_leader: str | None,
+        previous: tuple[list[tuple[str, bytes]], int, int],
+        error: ErrorCode,
+    ) -> None:
+        """The static member's new id is durable (or could not be written: then it gets its
+        old id back and the member an error, as Kafka reverts)."""
+        if (
+            self._groups.get(group.group_id) is not group
+            or group.members.get(member.member_id) is not member
+        ):
+            return  # it left, or was replaced again, meanwhile: answered then
+        if error is not ErrorCode.none:
+            assert req.group_instance_id is not None
+            log.warning(
+                "persisting static member %r of group %r failed (%s): back to member id %r",
+                req.group_instance_id,
+                group.group_id,
+                error.name,
+                old_member_id,
+            )
+            member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = previous
+            _, restored = group.replace_static_member(
+                req.group_instance_id, member.member_id, old_member_id
+            )
+            self.schedule_heartbeat(restored)
+            member.heartbeat_deadline_ms = None
+            self._complete_join_callback(
+                member,
+                JoinResult(
+                    append_error_to_response_error(error),
+                    member_id="",
+                    generation_id=group.generation_id,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    leader=current_leader or "",
+                ),
+            )
+            return
+        if req.supports_skip_assignment:
+            is_leader = group.is_leader(member.member_id)
+            result = self._join_result(group, member, leader_view=True, skip=is_leader)
+        else:
+            # Older clients are told the previous leader id, so a rejoining static leader
+            # does not compute an assignment that a Stable group would ignore.
+            result = JoinResult(
+                ErrorCode.none,
+                member_id=member.member_id,
+                generation_id=group.generation_id,
+                protocol_type=group.protocol_type,
+                protocol_name=group.protocol_name,
+                leader=current_leader or "",
+            )
+        self._complete_join_callback(member, result)
 
     def _update_member(
         self, member: Member, req: JoinGroupRequest, respond: Callable[[JoinResult], None]
@@ -394,6 +530,9 @@ class Membership:
             return
         group.init_next_generation(now)
         if group.is_in(GroupState.EMPTY):
+            # A failure is only logged: a restart would bring back the previous generation,
+            # whose members then expire (Kafka's reasoning).
+            self._write_group(group, {}, lambda error: self._log_write_error(group, error))
             return
         for member in group.members.values():
             self._complete_join_callback(member, self._join_result(group, member, leader_view=True))
@@ -461,10 +600,14 @@ class Membership:
             self._remove_pending_sync_member(group, member.member_id)
             if group.is_leader(member.member_id):
                 # Members the leader left out get an empty assignment, as in Kafka.
-                for m in group.members.values():
-                    m.assignment = bytes(req.assignments.get(m.member_id, b""))
-                self._propagate_assignment(group, ErrorCode.none)
-                group.transition_to(GroupState.STABLE, self._ctx.clock())
+                assignment = {m: bytes(req.assignments.get(m, b"")) for m in group.members}
+                self._write_group(
+                    group,
+                    assignment,
+                    lambda error: self._assignment_stored(
+                        group, req.generation_id, assignment, error
+                    ),
+                )
         elif group.is_in(GroupState.STABLE):
             self._remove_pending_sync_member(group, member.member_id)
             self._respond(
@@ -478,6 +621,30 @@ class Membership:
             raise CoordinatorStateError(
                 f"SyncGroup reached group {group.group_id!r} in {group.state}"
             )
+
+    def _assignment_stored(
+        self,
+        group: ClassicGroup,
+        generation_id: int,
+        assignment: dict[str, bytes],
+        error: ErrorCode,
+    ) -> None:
+        """The leader's assignment is durable (or could not be written): the members get it."""
+        # Another member may have joined while the record was written: only the round it was
+        # decided for may use it.
+        if self._groups.get(group.group_id) is not group or not (
+            group.is_in(GroupState.COMPLETING_REBALANCE) and group.generation_id == generation_id
+        ):
+            return
+        if error is ErrorCode.none:
+            for m in group.members.values():
+                m.assignment = assignment[m.member_id]
+            self._propagate_assignment(group, ErrorCode.none)
+            group.transition_to(GroupState.STABLE, self._ctx.clock())
+            return
+        log.warning("storing the assignment of group %r failed: %s", group.group_id, error.name)
+        self._reset_and_propagate_assignment_error(group, append_error_to_response_error(error))
+        self._maybe_prepare_rebalance(group)
 
     @staticmethod
     def _validate_sync(group: ClassicGroup, req: SyncGroupRequest) -> ErrorCode | None:
@@ -670,6 +837,34 @@ class Membership:
             member.heartbeat_deadline_ms = None
             return
         self._remove_member_and_update_group(group, member)
+
+    # -- the group's record -----------------------------------------------------------------
+
+    def _write_group(
+        self,
+        group: ClassicGroup,
+        assignment: dict[str, bytes],
+        then: Callable[[ErrorCode], None],
+    ) -> None:
+        """Write the group's record; ``then`` gets the append's error once it is durable.
+
+        ``then`` may run at once (in the request that wrote) or later, from the log: then the
+        answers it queued are sent at its end, as a public method's are.
+        """
+        returned = False
+
+        def written(error: ErrorCode) -> None:
+            then(error)
+            if returned:
+                self._outbox.flush()
+
+        self._write_records([group_metadata_record(group, assignment)], written)
+        returned = True
+
+    @staticmethod
+    def _log_write_error(group: ClassicGroup, error: ErrorCode) -> None:
+        if error is not ErrorCode.none:
+            log.warning("writing the metadata of group %r failed: %s", group.group_id, error.name)
 
     # -- plumbing -------------------------------------------------------------------------
 
