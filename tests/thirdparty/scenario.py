@@ -46,7 +46,7 @@ def kill_and_restart(
     """Runs the three runs; returns every input event, in the order they were produced.
     `kill_when` adds a condition of the caller's to run 1's kill; without `probe`, run 2 is
     stopped (SIGTERM) once it has finished the input, and there is no run 3. Run 2 has finished
-    when every input event has a committed output, or when `finished` says so."""
+    when every input event has a committed output and `finished` (if given) says so too."""
     create_topics(bootstrap, {source: partitions, sink: partitions})
     inputs = keyed_events(events, keys, seed=10)
     probes = probe_events(inputs)
@@ -67,7 +67,10 @@ def kill_and_restart(
         assert partway(), f"the kill did not land mid-stream: {progress.per_key}"
 
         app = start(2, 0)
-        done = finished or (lambda: progress.covers(inputs))
+
+        def done() -> bool:
+            return progress.covers(inputs) and (finished is None or finished())
+
         progress.wait_for(done, app, timeout, "the end of the input")
         if not probe:
             app.stop()

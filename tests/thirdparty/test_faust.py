@@ -14,6 +14,7 @@ ever sees them)."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -32,12 +33,11 @@ from tests.thirdparty.app_process import AppProcess, thirdparty_python
 from tests.thirdparty.running_totals import read_keyed
 from tests.thirdparty.scenario import kill_and_restart
 
-BROKER_SETTINGS = {
-    # the app's session timeout is 2 s, below Kafka's default minimum of 6 s
-    "group.min.session.timeout.ms": "1000",
-}
 PARTITIONS = 2
 COMMIT_INTERVAL_S = 2.0
+# How long faust's committed offsets may stand still, with every input's output written, before
+# the test takes it that faust has stopped committing (see CommitsDone).
+COMMITS_STALLED_S = 15.0
 
 
 class CommitWatch:
@@ -59,22 +59,41 @@ class CommitWatch:
         return any(stable[tp] != previous[tp] and ends[tp] > stable[tp] for tp in self.tps)
 
 
-def offsets_at_end(bootstrap: str, group: str, topic: str) -> bool:
-    """The group's committed offsets (stable: no transaction pending) are the topic's ends."""
-    tps = [(topic, p) for p in range(PARTITIONS)]
-    ends = list_offsets(bootstrap, tps, READ_UNCOMMITTED)
-    for tp in tps:
-        error, offset = fetch_committed_offset(bootstrap, group, tp, require_stable=True)
-        if error != ErrorCode.none or offset != ends[tp]:
-            return False
-    return True
+class CommitsDone:
+    """Run 2 is done when the group's committed offsets (stable: no transaction pending) are the
+    input's ends, or when they have stood still for COMMITS_STALLED_S (the scenario asks only
+    once every input has its output, which faust writes outside its transactions).
+
+    The second way out is for faust, not onceflow: on a loaded machine faust 0.15.3 at times
+    stops committing one input partition for good while it goes on processing it (seen in a
+    trace of every request: the partition's producer kept writing its changelog, every write
+    acknowledged, and never sent AddOffsetsToTxn or EndTxn again). The checks below hold on
+    what was committed either way."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.bootstrap, self.group = bootstrap, group
+        self.tps = [(topic, p) for p in range(PARTITIONS)]
+        self.last: dict[TP, int] | None = None
+        self.since = time.monotonic()
+
+    def __call__(self) -> bool:
+        ends = list_offsets(self.bootstrap, self.tps, READ_UNCOMMITTED)
+        committed = {}
+        for tp in self.tps:
+            error, offset = fetch_committed_offset(self.bootstrap, self.group, tp, True)
+            committed[tp] = offset if error == ErrorCode.none else -1
+        if committed == ends:
+            return True
+        if committed != self.last:
+            self.last, self.since = committed, time.monotonic()
+        return time.monotonic() - self.since > COMMITS_STALLED_S
 
 
 def test_faust_transactions_atomic_across_sigkill(
     make_broker: Callable[..., EmbeddedBroker], tmp_path: Path
 ) -> None:
     python = thirdparty_python("faust")
-    broker = make_broker(settings=BROKER_SETTINGS)
+    broker = make_broker()
     run_id = uuid.uuid4().hex[:8]
     source, sink, app_id = f"in-{run_id}", f"out-{run_id}", f"counter-{run_id}"
 
@@ -102,7 +121,7 @@ def test_faust_transactions_atomic_across_sigkill(
         # 10 s of faust's recovery, which waits two 5 s idle periods to pass the last marker
         probe=False,
         # faust's outputs are outside its transactions (see above): the end is its offsets
-        finished=lambda: offsets_at_end(broker.bootstrap, app_id, source),
+        finished=CommitsDone(broker.bootstrap, app_id, source),
     )
 
     # The changelog under read_committed: each key's count goes up by exactly one per record,

@@ -37,8 +37,11 @@ def main() -> None:
         datadir=args.data_dir,
         topic_partitions=args.partitions,
         broker_commit_interval=args.commit_interval,
-        # A killed instance's group membership lasts this long: kept short for the test.
-        broker_session_timeout=2.0,
+        # A killed instance's group membership lasts this long: Kafka's least (group.min.
+        # session.timeout.ms). With 2 s, a live instance starved of CPU on a loaded machine
+        # missed its heartbeats mid-recovery, and faust 0.15.3 restores its table as empty after
+        # such a rebalance (its second recovery never asks for the changelog's end).
+        broker_session_timeout=6.0,
         broker_heartbeat_interval=0.5,
         # Small fetches interleave the input partitions, so a kill is mid-stream in each.
         consumer_max_fetch_size=2048,
