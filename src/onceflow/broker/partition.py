@@ -24,11 +24,14 @@ from onceflow.broker.append_outcome import (
 )
 from onceflow.broker.keyless_records import keyless_message, null_key_indexes, refusal_message
 from onceflow.clock import Clock
+from onceflow.log.aborted_index import AbortedTxnIndex
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import DescriptorsExhaustedError
 from onceflow.log.file_handles import file_handles
 from onceflow.log.full_disk import check_space
 from onceflow.log.partition_log import PartitionLog
+from onceflow.log.producer_errors import CorruptSnapshotError, TxnError
+from onceflow.log.producer_state import CompletedTxn, DuplicateBatch, ProducerStateManager
 from onceflow.log.segment import Segment
 from onceflow.log.swap import Crash, no_crash
 from onceflow.log.sync_barrier import SyncBarrier
@@ -38,10 +41,7 @@ from onceflow.records.decompression import DEFAULT_MAX_DECOMPRESSED_BYTES
 from onceflow.records.errors import RecordsError
 from onceflow.records.record import decode_batch
 from onceflow.records.validation import validate_produce_records
-from onceflow.txn.aborted_index import AbortedTxnIndex
 from onceflow.txn.coordinator import TransactionCoordinator
-from onceflow.txn.errors import CorruptSnapshotError, TxnError
-from onceflow.txn.producer_state import CompletedTxn, DuplicateBatch, ProducerStateManager
 
 log = logging.getLogger(__name__)
 

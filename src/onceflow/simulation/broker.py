@@ -35,6 +35,7 @@ from onceflow.coordinator_runtime import (
 )
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.groups.offsets import OffsetAndMetadata
+from onceflow.log.aborted_index import AbortedTxnIndex
 from onceflow.records.batch import iter_batches
 from onceflow.records.builder import build_batch
 from onceflow.records.control import build_marker
@@ -50,7 +51,6 @@ from onceflow.simulation.messages import (
     TxnOffsetCommit,
 )
 from onceflow.simulation.storage import SimulatedLog, StoredBatch
-from onceflow.txn.aborted_index import AbortedTxnIndex
 from onceflow.txn.coordinator import (
     OFFSETS_TOPIC,
     CoordinatorResult,
