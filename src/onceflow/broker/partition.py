@@ -79,7 +79,10 @@ def verify(
             if transactional_id
             else ErrorCode.invalid_txn_state
         )
-    transactional_producer = transactions.owner_of(header.producer_id) is not None
+    # (asked of idempotent batches only: a transactional one was checked against its owner)
+    transactional_producer = (
+        not header.is_transactional and transactions.owner_of(header.producer_id) is not None
+    )
     return VerificationGuard(verdict, transactional_id, transactional_producer)
 
 

@@ -19,7 +19,8 @@ class VerificationGuard:
     verdict: ErrorCode = ErrorCode.none
     # The request's transactional id (a refusal of a batch without one is the log's own).
     transactional_id: str | None = None
-    # The producer id belongs to a transactional id: its batches must be transactional.
+    # An idempotent batch's producer id belongs to a transactional id (whose batches must be
+    # transactional).
     transactional_producer: bool = False
 
     @property
