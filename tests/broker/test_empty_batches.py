@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from onceflow.broker.partition import Partition
 from onceflow.clock import ManualClock
 from onceflow.compaction.cleaner import empty_batch
 from onceflow.log.config import LogConfig
+from onceflow.log.unified_log import UnifiedLog
 from onceflow.records.batch import iter_batches
 from onceflow.records.builder import build_batch
 from onceflow.records.record import iter_decoded_batches
@@ -18,18 +18,18 @@ from onceflow.records.record import iter_decoded_batches
 EXPIRATION_MS = 24 * 3600 * 1000
 
 
-def _open(directory: Path, clock: ManualClock) -> Partition:
-    return Partition.open("t", 0, directory, LogConfig(), clock, EXPIRATION_MS)
+def _open(directory: Path, clock: ManualClock) -> UnifiedLog:
+    return UnifiedLog.open("t", 0, directory, LogConfig(), clock, EXPIRATION_MS)
 
 
-def _append(partition: Partition, batch: bytes) -> int:
+def _append(partition: UnifiedLog, batch: bytes) -> int:
     headers = list(iter_batches(batch))
     info = partition.log.append(batch, headers)
     partition.after_append([h for _, h in info.headers])
     return info.first_offset
 
 
-def _crash(partition: Partition) -> None:
+def _crash(partition: UnifiedLog) -> None:
     """kill -9: no snapshot, no clean-shutdown marker, descriptors dropped."""
     partition.aborted.close()
     partition.log._abandon()

@@ -11,9 +11,9 @@ import pytest
 from backports import zstd
 
 from onceflow.broker.handlers.list_offsets import max_timestamp_offset, offset_for_time
-from onceflow.broker.partition import Partition
 from onceflow.clock import system_clock
 from onceflow.log.config import LogConfig
+from onceflow.log.unified_log import UnifiedLog
 from onceflow.records import walker
 from onceflow.records.batch import iter_batches
 from onceflow.records.builder import build_batch
@@ -23,17 +23,17 @@ from tests.records.batch_frames import frame_batch
 T0 = 1_700_000_000_000
 
 
-def open_partition(directory: Path, segment_bytes: int = 1 << 30) -> Partition:
+def open_partition(directory: Path, segment_bytes: int = 1 << 30) -> UnifiedLog:
     config = LogConfig(segment_bytes=segment_bytes)
-    return Partition.open("t", 0, directory, config, system_clock, 86_400_000)
+    return UnifiedLog.open("t", 0, directory, config, system_clock, 86_400_000)
 
 
-def append(partition: Partition, batch: bytes) -> None:
+def append(partition: UnifiedLog, batch: bytes) -> None:
     partition.log.append(batch, list(iter_batches(batch)))
 
 
 @pytest.fixture
-def partition(tmp_path: Path) -> Iterator[Partition]:
+def partition(tmp_path: Path) -> Iterator[UnifiedLog]:
     """30 batches of 3 records over several segments; the largest timestamp is the middle
     record of batch 13 (offset 40), and batch 20 ties it later."""
     p = open_partition(tmp_path, segment_bytes=1000)
@@ -50,7 +50,7 @@ def partition(tmp_path: Path) -> Iterator[Partition]:
 
 
 def test_max_timestamp_reads_one_batch_and_walks_no_headers(
-    partition: Partition, monkeypatch: pytest.MonkeyPatch
+    partition: UnifiedLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[int] = []
     real_read = partition.log.read
@@ -68,7 +68,7 @@ def test_max_timestamp_reads_one_batch_and_walks_no_headers(
     assert len(reads) == 1
 
 
-def test_max_timestamp_above_the_readable_bound_is_not_answered(partition: Partition) -> None:
+def test_max_timestamp_above_the_readable_bound_is_not_answered(partition: UnifiedLog) -> None:
     # the maximum is at offset 40, not readable below 39: Apache Kafka answers no offset then
     # rather than the largest timestamp below the bound (tests/apache_kafka/conformance/)
     assert max_timestamp_offset(partition, 39) == (-1, -1)
@@ -86,7 +86,7 @@ def test_max_timestamp_survives_a_restart(tmp_path: Path) -> None:
         p.log.close()
 
 
-def test_offset_for_time(partition: Partition) -> None:
+def test_offset_for_time(partition: UnifiedLog) -> None:
     end = partition.log.log_end_offset
     assert offset_for_time(partition, T0 + 101, end) == (4, T0 + 101)
     assert offset_for_time(partition, T0 + 1303, end) == (40, T0 + 10**6)

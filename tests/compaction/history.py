@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from onceflow.compaction import SegmentBatches
+from onceflow.log.aborted_index import AbortedTxn
 from onceflow.records.batch import iter_batches, parse_header
 from onceflow.records.builder import build_batch
 from onceflow.records.control import build_marker
 from onceflow.records.record import Record, iter_decoded_batches
-from onceflow.txn.aborted_index import AbortedTxn
 
 
 @dataclass

@@ -12,9 +12,9 @@ from onceflow.compaction import (
     last_records_of_producers,
 )
 from onceflow.compaction.cleaner import delete_horizon_ms
+from onceflow.log.producer_state import ProducerStateManager
 from onceflow.records.batch import DELETE_HORIZON_FLAG, iter_batches, parse_header
 from onceflow.records.record import decode_batch, iter_decoded_batches
-from onceflow.txn.producer_state import ProducerStateManager
 from tests.compaction.history import (
     History,
     all_batches,

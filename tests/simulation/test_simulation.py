@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from onceflow.groups.offsets import OffsetStore
+from onceflow.log.aborted_index import AbortedTxnIndex
+from onceflow.log.producer_state import ProducerStateManager
 from onceflow.simulation import SimulationConfig, SimulationFailure, run_seed
 from onceflow.simulation.__main__ import main
-from onceflow.txn.aborted_index import AbortedTxnIndex
 from onceflow.txn.coordinator import TransactionCoordinator
-from onceflow.txn.producer_state import ProducerStateManager
 
 SEEDS = 5000
 CHUNK = 100

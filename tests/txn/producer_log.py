@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from onceflow.clock import ManualClock
+from onceflow.log.producer_state import CompletedTxn, DuplicateBatch, ProducerStateManager
 from onceflow.records.batch import (
     CONTROL_FLAG,
     HEADER_SIZE,
@@ -14,7 +15,6 @@ from onceflow.records.batch import (
     TRANSACTIONAL_FLAG,
     BatchHeader,
 )
-from onceflow.txn.producer_state import CompletedTxn, DuplicateBatch, ProducerStateManager
 
 T0 = 1_700_000_000_000
 

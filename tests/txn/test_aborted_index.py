@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.txn.aborted_index import (
+from onceflow.log.aborted_index import (
     ENTRY_SIZE,
     AbortedTxn,
     AbortedTxnIndex,
     txn_index_file,
 )
-from onceflow.txn.errors import CorruptTxnIndexError, TxnIndexStorageError
-from onceflow.txn.producer_state import CompletedTxn
+from onceflow.log.producer_errors import CorruptTxnIndexError, TxnIndexStorageError
+from onceflow.log.producer_state import CompletedTxn
 
 
 def aborted(pid: int, first: int, last: int, lso: int | None = None) -> CompletedTxn:

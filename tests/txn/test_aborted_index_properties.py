@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from tests.txn.producer_log import T0, data, marker_header
 
 from onceflow.clock import ManualClock
-from onceflow.txn.aborted_index import ENTRY_SIZE, AbortedTxnIndex, txn_index_file
-from onceflow.txn.producer_state import CompletedTxn, ProducerStateManager
+from onceflow.log.aborted_index import ENTRY_SIZE, AbortedTxnIndex, txn_index_file
+from onceflow.log.producer_state import CompletedTxn, ProducerStateManager
 
 # (producer, action): 0 = append a transactional batch, 1 = commit, 2 = abort
 _steps = st.lists(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from onceflow.broker.partition import Partition
 from onceflow.clock import ManualClock
+from onceflow.log.unified_log import UnifiedLog
 from onceflow.records.batch import iter_batches
 from onceflow.records.builder import build_batch
 from onceflow.simulation.broker import open_partition
@@ -16,7 +16,7 @@ from onceflow.simulation.storage import SimulatedLog
 PRODUCER_ID = 7
 
 
-def _transaction_then_commit(tmp_path: Path) -> tuple[Partition, SimulatedLog, list[str]]:
+def _transaction_then_commit(tmp_path: Path) -> tuple[UnifiedLog, SimulatedLog, list[str]]:
     clock = ManualClock(1_700_000_000_000)
     log = SimulatedLog(tmp_path / "t-0")
     partition = open_partition(("t", 0), log, clock)

@@ -6,24 +6,24 @@ import pytest
 from kio.schema.errors import ErrorCode
 from tests.txn.producer_log import T0, Partition, data, marker_header, state_of
 
-from onceflow.records.batch import (
-    CONTROL_FLAG,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG,
-)
-from onceflow.txn.errors import (
+from onceflow.log.producer_errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
-from onceflow.txn.producer_state import (
+from onceflow.log.producer_state import (
     AppendOrigin,
     CompletedTxn,
     DuplicateBatch,
     OpenTxn,
     ProducerEntry,
     ProducerStateManager,
+)
+from onceflow.records.batch import (
+    CONTROL_FLAG,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
 )
 
 INT32_MAX = (1 << 31) - 1

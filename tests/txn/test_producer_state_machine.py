@@ -31,20 +31,20 @@ from tests.txn.producer_log import (
 )
 
 from onceflow.clock import ManualClock
-from onceflow.records.batch import BatchHeader
-from onceflow.txn.errors import (
+from onceflow.log.producer_errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
     TxnError,
 )
-from onceflow.txn.producer_state import (
+from onceflow.log.producer_state import (
     CompletedTxn,
     DuplicateBatch,
     OpenTxn,
     ProducerStateManager,
 )
+from onceflow.records.batch import BatchHeader
 
 PIDS = (1, 2, 3)
 pids = st.sampled_from(PIDS)

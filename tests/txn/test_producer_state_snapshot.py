@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.txn.producer_log import T0, Partition, assert_restore_and_replay_match, data, state_of
 
-from onceflow.txn.errors import CorruptSnapshotError
-from onceflow.txn.producer_entry import BatchMetadata, ProducerStateEntry
-from onceflow.txn.producer_snapshot import (
+from onceflow.log.producer_entry import BatchMetadata, ProducerStateEntry
+from onceflow.log.producer_errors import CorruptSnapshotError
+from onceflow.log.producer_snapshot import (
     decode_snapshot,
     encode_snapshot,
     snapshot_file_name,
 )
-from onceflow.txn.producer_state import DuplicateBatch, ProducerStateManager
+from onceflow.log.producer_state import DuplicateBatch, ProducerStateManager
 
 
 def _busy_partition() -> Partition:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from onceflow.broker.config import BrokerConfig
-from onceflow.broker.handlers.fetch import response_bytes_bound
+from onceflow.broker.fetch_max_bytes import response_bytes_bound
 from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.memory_pool import READ_AHEAD, MemoryPool
 from onceflow.broker.storage_failure import halt_on_storage_error

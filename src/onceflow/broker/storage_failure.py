@@ -15,7 +15,7 @@ import logging
 import os
 
 from onceflow.log.errors import DescriptorsExhaustedError, LogStorageError
-from onceflow.txn.errors import TxnIndexStorageError
+from onceflow.log.producer_errors import TxnIndexStorageError
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from onceflow.log.producer_state import ProducerStateManager
 from onceflow.records.batch import BatchHeader
-from onceflow.txn.producer_state import ProducerStateManager
 
 
 @dataclass(frozen=True, slots=True)

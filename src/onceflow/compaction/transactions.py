@@ -27,7 +27,7 @@ from onceflow.records.control import ControlType
 
 class AbortedTransaction(Protocol):
     """An aborted transaction of the partition, as the `.txnindex` records it
-    (onceflow.txn.aborted_index.AbortedTxn is one)."""
+    (onceflow.log.aborted_index.AbortedTxn is one)."""
 
     @property
     def producer_id(self) -> int: ...

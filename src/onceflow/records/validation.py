@@ -24,13 +24,22 @@ record-level fault (counts, lengths, offset deltas, timestamps, headers) Invalid
 Kafka's LogValidator answers. Kafka rewrites a compressed batch whose inner offsets are off;
 onceflow stores client bytes as they are, so it rejects them. Timestamp checks
 (message.timestamp.*) depend on topic configuration and are the caller's.
+
+Also here, so that a produced batch's checks are in one place: the refusal of keyless records on
+a compacted topic (LogValidator.validateKey: the walk counts the null keys, and only a refused
+batch is read again to name them in Produce v8+'s record_errors), and what an append answers
+(`Appended`, or `AppendRefused` with Kafka's error code for the producer).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from onceflow.records.batch import (
+    HEADER_SIZE,
     MAGIC_OFFSET,
     NO_PRODUCER_ID,
     BatchHeader,
@@ -39,14 +48,16 @@ from onceflow.records.batch import (
     compute_crc,
 )
 from onceflow.records.compression import CompressionType
-from onceflow.records.decompression import DEFAULT_MAX_DECOMPRESSED_BYTES
+from onceflow.records.decompression import DEFAULT_MAX_DECOMPRESSED_BYTES, iter_decompressed
 from onceflow.records.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    RecordsError,
     RecordTooLargeError,
     UnsupportedCompressionError,
     UnsupportedMagicError,
 )
+from onceflow.records.varint import decode_varint, decode_varlong
 from onceflow.records.walker import walk_batch
 
 # Produce v7 is the first that may carry zstd (KIP-110)
@@ -186,3 +197,121 @@ def _check_header(
             )
     elif header.is_transactional:
         raise InvalidRecordError("a transactional batch needs a producer id")
+
+
+# -- keyless records on a compacted topic (LogValidator.validateKey) --------------------
+
+# Kafka lists every keyless record; the records read again to name them are bounded, so a
+# refused batch of millions of tiny records costs the event loop no more than an accepted one.
+MAX_RECORDS_SCANNED = 1_000
+# Kafka's exception message quotes the first three record errors.
+MESSAGE_ERRORS_SHOWN = 3
+
+
+def keyless_message(topic: str, partition: int) -> str:
+    return (
+        f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}"
+    )
+
+
+def refusal_message(count: int, errors: list[tuple[int, str]]) -> str:
+    """Kafka's RecordValidationException message for INVALID_RECORD record errors."""
+    shown = ", ".join(
+        f"RecordError(batchIndex={index}, message='{message}')"
+        for index, message in errors[:MESSAGE_ERRORS_SHOWN]
+    )
+    return (
+        f"One or more records have been rejected due to {count} record errors in total, and "
+        f"only showing the first three errors at most: [{shown}]"
+    )
+
+
+def null_key_indexes(
+    data: bytes | bytearray | memoryview,
+    pos: int,
+    header: BatchHeader,
+    *,
+    max_records: int = MAX_RECORDS_SCANNED,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> list[int]:
+    """Indexes (Kafka's batchIndex) of the keyless records among the first `max_records`
+    records of the batch at `pos`, which Produce's walk has already validated."""
+    section = memoryview(data)[pos + HEADER_SIZE : pos + header.size]
+    chunks: Iterator[bytes | bytearray | memoryview] = (
+        iter((section,))
+        if header.compression == 0
+        else iter_decompressed(header.compression, section, max_decompressed_bytes)
+    )
+    buf = bytearray()
+    start = 0
+    found: list[int] = []
+    for index in range(min(header.records_count, max_records)):
+        while True:
+            try:
+                length, body = decode_varint(buf, start, len(buf))
+                if len(buf) - body >= length:
+                    break
+            except CorruptRecordError:
+                pass  # the length itself is cut by the end of what was decompressed so far
+            chunk = next(chunks, None)
+            if chunk is None:  # cannot happen after the walk; stop rather than guess
+                return found
+            del buf[:start]
+            start = 0
+            buf += chunk
+        end = body + length
+        _, at = decode_varlong(buf, body + 1, end)  # after attributes: timestamp delta
+        _, at = decode_varint(buf, at, end)  # offset delta
+        key_length, _ = decode_varint(buf, at, end)
+        if key_length == -1:
+            found.append(index)
+        start = end
+    return found
+
+
+# -- what an append answers ------------------------------------------------------------
+
+_RECORDS_ERRORS: list[tuple[type[RecordsError], ErrorCode]] = [
+    (UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
+    (UnsupportedCompressionError, ErrorCode.unsupported_compression_type),
+    (InvalidRecordError, ErrorCode.invalid_record),
+    # Kafka's RecordTooLargeException; on it Java and librdkafka producers split the batch
+    (RecordTooLargeError, ErrorCode.message_too_large),
+    (CorruptRecordError, ErrorCode.corrupt_message),
+]
+
+
+def records_error_code(error: RecordsError) -> ErrorCode:
+    for kind, code in _RECORDS_ERRORS:
+        if isinstance(error, kind):
+            return code
+    return ErrorCode.corrupt_message
+
+
+class AppendRefused(Exception):
+    """The batch was not appended: Kafka's error code for the producer, and the records at
+    fault as (batch index, message) for Produce v8+'s record_errors. `verification`: the
+    coordinator refused it in KIP-890 verification, before the log was touched (Kafka answers
+    those without the log start offset)."""
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        record_errors: list[tuple[int, str]] | None = None,
+        *,
+        verification: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.record_errors = record_errors or []
+        self.verification = verification
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where the batch is (a retried duplicate: where its original is)."""
+
+    first_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int

@@ -1,14 +1,15 @@
 """A simulated broker: the broker's own coordinator runtime and partitions over simulated
 logs, with every asynchronous wait turned into an event the scheduler runs.
 
-What runs is the broker's code: `Partition.append_records` for Produce (validation, KIP-890
-verification, idempotence checks, append, producer state), `onceflow.coordinator_runtime` for
-every coordinator result (append -> durable -> replay -> answer -> markers -> Complete*, the
-held-request bound, TxnOffsetCommit, loading at start-up and in-doubt transactions). This
+What runs is the broker's code: `broker.partition.append_records_to_leader` for Produce
+(validation, KIP-890 verification, idempotence checks, append, producer state),
+`onceflow.coordinator_runtime` for every coordinator result (append -> durable -> replay ->
+answer -> markers -> Complete*, the held-request bound, TxnOffsetCommit, loading at start-up
+and in-doubt transactions). This
 module only implements the runtime's interfaces for the scheduler: logs in memory
 (`SimulatedLog`), durability as waiters released by simulated fsync rounds, tasks and timers as
 events. Nothing may fail to be written here, so any exception the runtime meets is raised (a
-failing seed), never retried. Start-up opens every partition as `Partition.open` does.
+failing seed), never retried. Start-up loads every partition as `UnifiedLog.open` does.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker import partition as partition_module
-from onceflow.broker.append_outcome import AppendRefused
-from onceflow.broker.partition import Partition
+from onceflow.broker.partition import append_records_to_leader
 from onceflow.clock import Clock
 from onceflow.coordinator_result import MarkerJob, Record
 from onceflow.coordinator_runtime import (
@@ -35,9 +34,11 @@ from onceflow.coordinator_runtime import (
 )
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.groups.offsets import OffsetAndMetadata
+from onceflow.log.unified_log import UnifiedLog
 from onceflow.records.batch import iter_batches
 from onceflow.records.builder import build_batch
 from onceflow.records.control import build_marker
+from onceflow.records.validation import AppendRefused
 from onceflow.simulation.messages import (
     AddOffsets,
     AddPartitions,
@@ -50,7 +51,6 @@ from onceflow.simulation.messages import (
     TxnOffsetCommit,
 )
 from onceflow.simulation.storage import SimulatedLog, StoredBatch
-from onceflow.txn.aborted_index import AbortedTxnIndex
 from onceflow.txn.coordinator import (
     OFFSETS_TOPIC,
     CoordinatorResult,
@@ -187,7 +187,7 @@ class SimBroker:
     settings: BrokerSettings
     observer: BrokerObserver
     incarnation: int = 0
-    partitions: dict[TopicPartition, Partition] = field(default_factory=dict)
+    partitions: dict[TopicPartition, UnifiedLog] = field(default_factory=dict)
     coordinator: TransactionCoordinator = field(init=False)
     groups: GroupCoordinator = field(init=False)
     runtime: CoordinatorRuntime = field(init=False)
@@ -352,8 +352,8 @@ class SimBroker:
         partition = self.partitions[request.partition]
         before = partition.log.log_end_offset
         try:
-            appended = partition.append_records(
-                request.records, request.transactional_id, self.coordinator
+            appended = append_records_to_leader(
+                partition, request.records, request.transactional_id, self.coordinator
             )
         except AppendRefused as e:
             reply(Answer(e.code))
@@ -448,17 +448,11 @@ class CoreState:
     applied_offsets: set[int]
 
 
-def open_partition(tp: TopicPartition, log: SimulatedLog, clock: Clock) -> Partition:
-    """`Partition.open` with a simulated log in place of `PartitionLog.open`: the newest usable
+def open_partition(tp: TopicPartition, log: SimulatedLog, clock: Clock) -> UnifiedLog:
+    """`UnifiedLog.open` with a simulated log in place of `PartitionLog.open`: the newest usable
     producer snapshot, the aborted index, then the replay of the log after the snapshot."""
-    producers = partition_module._load_snapshot(
-        log.directory, log.log_end_offset, clock, PRODUCER_ID_EXPIRATION_MS
-    )
-    aborted = AbortedTxnIndex.open(log.directory)
-    partition = Partition(tp[0], tp[1], log, producers, aborted)  # type: ignore[arg-type]
-    partition._replay_from(producers.map_end_offset)
-    partition._segments_seen = len(log.segment_base_offsets)
-    return partition
+    simulated: Any = log  # the segments' interface, in memory
+    return UnifiedLog.load(tp[0], tp[1], simulated, clock, PRODUCER_ID_EXPIRATION_MS)
 
 
 def _raise(error: BaseException) -> None:

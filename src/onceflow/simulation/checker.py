@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.partition import Partition
+from onceflow.log.unified_log import FetchIsolation, UnifiedLog
+from onceflow.records.batch import iter_batches
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.simulation.messages import (
     AddOffsets,
@@ -132,21 +133,26 @@ class ReadRecord:
 
 
 def read_committed(
-    partition: Partition, fetch_offset: int, max_bytes: int
+    partition: UnifiedLog, fetch_offset: int, max_bytes: int
 ) -> tuple[list[ReadRecord], int]:
-    """A read_committed Fetch as `broker.handlers.fetch` answers it, consumed as Kafka's
-    consumer does: (records handed to the application, next fetch offset)."""
-    lso = partition.last_stable_offset
-    if fetch_offset >= lso:
+    """A read_committed Fetch as `broker.handlers.fetch` answers it (`UnifiedLog.read`, the
+    response's first partition), consumed as Kafka's consumer does: (records handed to the
+    application, next fetch offset)."""
+    if fetch_offset >= partition.last_stable_offset:
         return [], fetch_offset
-    result = partition.log.read(fetch_offset, max(max_bytes, 1), max_offset=lso)
-    aborted = sorted(partition.aborted_transactions(fetch_offset, lso), key=lambda a: a[1])
+    info = partition.read(fetch_offset, max_bytes, FetchIsolation.TXN_COMMITTED, min_one=True)
+    assert info.aborted_transactions is not None
+    aborted = sorted(info.aborted_transactions, key=lambda a: a[1])
+    # the offset after the last batch returned
+    end = fetch_offset
+    for _, header in iter_batches(info.records, verify_crc=False):
+        end = header.next_offset
     log = partition.log
     assert isinstance(log, SimulatedLog)
     aborted_producers: set[int] = set()
     out: list[ReadRecord] = []
     next_offset = fetch_offset
-    for stored in _batches_in(log, fetch_offset, result.next_offset):
+    for stored in _batches_in(log, fetch_offset, end):
         header = stored.header
         next_offset = header.next_offset
         while aborted and aborted[0][1] <= header.last_offset:
@@ -186,7 +192,7 @@ class Checker:
         self.hw: dict[TopicPartition, int] = {}
         # What each partition was last checked at: (partition, log end, high watermark). Its
         # last stable offset and the audit change only with one of them.
-        self._checked: dict[TopicPartition, tuple[Partition, int, int]] = {}
+        self._checked: dict[TopicPartition, tuple[UnifiedLog, int, int]] = {}
         self.reader_position: dict[TopicPartition, int] = {}
         self.read: dict[TopicPartition, list[ReadRecord]] = {}
         self.read_values: set[int] = set()
@@ -242,7 +248,7 @@ class Checker:
 
     # -- after each step -------------------------------------------------------------------
 
-    def check_partitions(self, partitions: dict[TopicPartition, Partition]) -> None:
+    def check_partitions(self, partitions: dict[TopicPartition, UnifiedLog]) -> None:
         for tp, partition in partitions.items():
             hw = partition.high_watermark
             seen = (partition, partition.log.log_end_offset, hw)
@@ -279,7 +285,7 @@ class Checker:
             self.coordinator_epochs[txn_id] = (pid, epoch)
 
     def poll(
-        self, partitions: dict[TopicPartition, Partition], tp: TopicPartition, max_bytes: int
+        self, partitions: dict[TopicPartition, UnifiedLog], tp: TopicPartition, max_bytes: int
     ) -> int:
         """One read_committed poll of `tp`; returns how many records it handed out."""
         position = self.reader_position.get(tp, 0)
@@ -344,7 +350,7 @@ class Checker:
 
     # -- after a crash ---------------------------------------------------------------------
 
-    def check_durable_reads(self, partitions: dict[TopicPartition, Partition]) -> None:
+    def check_durable_reads(self, partitions: dict[TopicPartition, UnifiedLog]) -> None:
         """Whatever a reader saw, and every acknowledged write, is still where it was."""
         for tp, records in self.read.items():
             audit = self.audits[tp]
@@ -374,7 +380,7 @@ class Checker:
 
     # -- at the end ------------------------------------------------------------------------
 
-    def check_final(self, partitions: dict[TopicPartition, Partition]) -> None:
+    def check_final(self, partitions: dict[TopicPartition, UnifiedLog]) -> None:
         visible: dict[int, int] = {}
         for tp, partition in partitions.items():
             if partition.last_stable_offset != partition.log.log_end_offset:

@@ -22,6 +22,8 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.clock import ManualClock
 from onceflow.coordinator_runtime import replay_offsets_batch
+from onceflow.log.aborted_index import AbortedTxn, aborted_entry
+from onceflow.log.producer_state import ProducerStateManager
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.simulation.broker import (
     BrokerSettings,
@@ -40,8 +42,6 @@ from onceflow.simulation.clients import (
     transactional_program,
 )
 from onceflow.simulation.messages import Answer, Produce, TopicPartition, TxnRecord, describe
-from onceflow.txn.aborted_index import AbortedTxn, aborted_entry
-from onceflow.txn.producer_state import ProducerStateManager
 from onceflow.txn.transaction_state import TransactionState
 
 DEFAULT_STEPS = 300

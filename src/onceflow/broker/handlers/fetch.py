@@ -1,5 +1,6 @@
-"""Fetch (1): whole batches as stored, up to the high watermark (or the last stable offset
-for read_committed), with long polling on max wait / min bytes."""
+"""Fetch (1): each partition's `UnifiedLog.read` (whole batches as stored, up to the high
+watermark or, for read_committed, the last stable offset, with the aborted transactions),
+translated into the response, with long polling on max wait / min bytes."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from onceflow.broker.fetch_max_bytes import response_bytes_bound
 from onceflow.broker.handlers.context import DataContext
 from onceflow.broker.handlers.responses import response_classes
 from onceflow.broker.handlers.slices import SLICED_ABOVE, Work, in_slices, run_now, run_sliced
 from onceflow.log.errors import DescriptorsExhaustedError, OffsetOutOfRangeError
+from onceflow.log.unified_log import FetchIsolation
 from onceflow.protocol.entities import build
 from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
-    from onceflow.broker.topics import Partition
+    from onceflow.broker.partition import Partition
     from onceflow.protocol.messages import Request
 
 READ_COMMITTED = 1
@@ -70,7 +73,11 @@ def _read(ctx: DataContext, request: Request, wanted: list[list[_Wanted]]) -> Wo
     cls, topic_cls, part_cls, aborted_cls = response_classes(
         request, "FetchableTopicResponse", "PartitionData", "AbortedTransaction"
     )
-    read_committed = req.isolation_level == READ_COMMITTED
+    isolation = (
+        FetchIsolation.TXN_COMMITTED
+        if req.isolation_level == READ_COMMITTED
+        else FetchIsolation.HIGH_WATERMARK
+    )
     budget = response_bytes_bound(ctx.config.fetch_max_bytes, request)
     total = 0
     any_error = False
@@ -81,37 +88,33 @@ def _read(ctx: DataContext, request: Request, wanted: list[list[_Wanted]]) -> Wo
             p = w.partition
             error, records = ErrorCode.none, b""
             hw = lso = start = -1
+            aborted = None
             if p is None:
                 error = w.unknown_error
             else:
-                hw, lso, start = p.high_watermark, p.last_stable_offset, p.log.log_start_offset
-                bound = lso if read_committed else hw
                 limit = min(w.max_bytes, budget - total)
-                if w.fetch_offset < bound and (limit > 0 or total == 0):
-                    try:
-                        result = p.log.read(w.fetch_offset, max(limit, 1), max_offset=bound)
-                        records = result.data
-                        if total > 0 and len(records) > limit:
-                            # Only the response's first batch may exceed the limits (KIP-74).
-                            records = b""
-                    except OffsetOutOfRangeError:
-                        error = ErrorCode.offset_out_of_range
-                    except DescriptorsExhaustedError:
-                        error = ErrorCode.kafka_storage_error  # retriable: out of descriptors
-                elif not start <= w.fetch_offset <= p.log.log_end_offset:
+                try:
+                    # Only the response's first batch may exceed the limits (KIP-74).
+                    info = p.read(w.fetch_offset, limit, isolation, min_one=total == 0)
+                    records = info.records
+                    hw, lso = info.high_watermark, info.last_stable_offset
+                    start = info.log_start_offset
+                    if info.aborted_transactions is not None:
+                        aborted = tuple(
+                            aborted_cls(producer_id=pid, first_offset=first)
+                            for pid, first in info.aborted_transactions
+                        )
+                except OffsetOutOfRangeError:
                     error = ErrorCode.offset_out_of_range
+                except DescriptorsExhaustedError:
+                    error = ErrorCode.kafka_storage_error  # retriable: out of descriptors
             if error != ErrorCode.none:
                 any_error = True
                 # As Kafka's FetchResponse.partitionResponse(error): no offsets, no aborted list.
                 hw = lso = start = -1
                 records = b""
+                aborted = None
             total += len(records)
-            aborted = None
-            if read_committed and p is not None and error == ErrorCode.none:
-                aborted = tuple(
-                    aborted_cls(producer_id=pid, first_offset=first)
-                    for pid, first in p.aborted_transactions(w.fetch_offset, lso)
-                )
             parts_out.append(
                 build(
                     part_cls,
@@ -143,16 +146,6 @@ def _read(ctx: DataContext, request: Request, wanted: list[list[_Wanted]]) -> Wo
         node_endpoints=(),
     )
     return response, total, any_error
-
-
-def response_bytes_bound(fetch_max_bytes: int, request: Request) -> int:
-    """The records bytes a Fetch may return: the request's max_bytes capped by the broker's
-    fetch.max.bytes, whatever the client asks (only a first batch larger than that is returned
-    whole, KIP-74). A body not decoded yet (big_requests.py) is bounded by the cap alone."""
-    if request.body is None:
-        return fetch_max_bytes
-    asked = request.body.max_bytes if request.body.max_bytes > 0 else 0x7FFFFFFF
-    return min(asked, fetch_max_bytes)
 
 
 def handle_fetch(ctx: DataContext, request: Request) -> Any:

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.append_outcome import AppendRefused
 from onceflow.broker.durability import PartitionsNotDurableError
 from onceflow.broker.faults import crash_point, delay_point
 from onceflow.broker.handlers.context import DataContext
 from onceflow.broker.handlers.responses import build_from, response_classes
+from onceflow.broker.partition import append_records_to_leader
 from onceflow.protocol.entities import build, has_field, sibling
 from onceflow.records.batch import transactional_header
+from onceflow.records.validation import AppendRefused
 from onceflow.security import authorization as auth
 
 if TYPE_CHECKING:
@@ -144,7 +145,8 @@ def _append(
     if not pdata.records:
         return _Answer(ErrorCode.invalid_record, "no records")
     try:
-        result = partition.append_records(
+        result = append_records_to_leader(
+            partition,
             pdata.records,
             request.body.transactional_id,
             ctx.transaction_checks,

@@ -20,10 +20,10 @@ from onceflow.broker.handlers.context import DataContext
 from onceflow.broker.handlers.responses import partition_errors, response_classes
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.log.errors import DescriptorsExhaustedError
+from onceflow.log.producer_errors import TxnError
 from onceflow.protocol.entities import build
 from onceflow.security import authorization as auth
 from onceflow.txn.coordinator import OFFSETS_TOPIC
-from onceflow.txn.errors import TxnError
 
 if TYPE_CHECKING:
     from onceflow.broker.partition import Partition

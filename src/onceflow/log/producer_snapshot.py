@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from onceflow.txn.errors import CorruptSnapshotError
-from onceflow.txn.producer_entry import NUM_BATCHES_TO_RETAIN, BatchMetadata, ProducerStateEntry
+from onceflow.log.producer_entry import NUM_BATCHES_TO_RETAIN, BatchMetadata, ProducerStateEntry
+from onceflow.log.producer_errors import CorruptSnapshotError
 
 SNAPSHOT_VERSION = 2
 SNAPSHOT_SUFFIX = ".snapshot"

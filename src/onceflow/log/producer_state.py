@@ -21,20 +21,20 @@ from dataclasses import dataclass
 from enum import Enum
 
 from onceflow.clock import Clock
-from onceflow.records.batch import NO_PRODUCER_EPOCH, BatchHeader
-from onceflow.txn.errors import (
+from onceflow.log.producer_entry import (
+    BatchMetadata,
+    ProducerStateEntry,
+    in_sequence,
+)
+from onceflow.log.producer_errors import (
     CorruptSnapshotError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
-from onceflow.txn.producer_entry import (
-    BatchMetadata,
-    ProducerStateEntry,
-    in_sequence,
-)
-from onceflow.txn.producer_snapshot import decode_snapshot, encode_snapshot
+from onceflow.log.producer_snapshot import decode_snapshot, encode_snapshot
+from onceflow.records.batch import NO_PRODUCER_EPOCH, BatchHeader
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 # Producers remembered per partition. Kafka bounds them only by producer.id.expiration.ms; a

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.broker.keyless_records import null_key_indexes, refusal_message
 from onceflow.records.batch import parse_header
 from onceflow.records.builder import build_batch
+from onceflow.records.validation import null_key_indexes, refusal_message
 
 TS = 1_700_000_000_000
 
