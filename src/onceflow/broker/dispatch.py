@@ -9,6 +9,9 @@ The table is written out here, one row per API; adding an API is adding a row.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -37,6 +40,9 @@ from onceflow.broker.handlers import scram_credentials as scram
 from onceflow.broker.handlers.context import (
     HandlerContexts,
 )
+from onceflow.broker.handlers.slices import Sliced, Work
+from onceflow.metrics.counters import BrokerCounters, kafka_request_name
+from onceflow.metrics.histogram import Histogram
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.messages import Request
 
@@ -126,3 +132,64 @@ def supported_versions() -> dict[int, tuple[int, int]]:
 def bind_handlers(contexts: HandlerContexts) -> dict[int, BoundHandler]:
     """Every handler given its family's context: what the broker dispatches a request to."""
     return {h.api_key: partial(h.handle, getattr(contexts, h.context)) for h in API_HANDLERS}
+
+
+def with_metrics(
+    handlers: dict[int, BoundHandler], counters: BrokerCounters
+) -> dict[int, BoundHandler]:
+    """Each handler counted (kafka.network RequestMetrics: requests per API and version, total
+    time per API) when the metrics endpoint is on; the handlers themselves otherwise."""
+    if not counters.enabled:
+        return handlers
+    return {key: _timed(key, handle, counters) for key, handle in handlers.items()}
+
+
+def _timed(api_key: int, handle: BoundHandler, counters: BrokerCounters) -> BoundHandler:
+    name = kafka_request_name(api_key)
+    timer = counters.request_timer(api_key)
+    answered = counters.fetch_answered if api_key == ApiKey.FETCH else None
+
+    def timed(request: Request) -> HandlerResult:
+        started = time.perf_counter()
+        counters.request_received(name, request.api_version)
+        return _observe(handle(request), started, timer, answered)
+
+    return timed
+
+
+def _observe(
+    result: HandlerResult,
+    started: float,
+    timer: Histogram,
+    answered: Callable[[Any], None] | None,
+) -> HandlerResult:
+    """Time from dispatch until the response is ready (Kafka's TotalTimeMs also holds the
+    queues and the write to the socket, which here are the connection's)."""
+    if isinstance(result, Sliced):
+        return Sliced(_observed_work(result.work, started, timer, answered))
+    if inspect.isawaitable(result):
+        future = asyncio.ensure_future(result)
+        future.add_done_callback(lambda done: _resolved(done, started, timer, answered))
+        return future
+    timer.observe((time.perf_counter() - started) * 1000)
+    if answered is not None and result is not None:
+        answered(result)
+    return result
+
+
+def _observed_work(
+    work: Work, started: float, timer: Histogram, answered: Callable[[Any], None] | None
+) -> Work:
+    result = yield from work
+    return _observe(result, started, timer, answered)
+
+
+def _resolved(
+    future: asyncio.Future[Any],
+    started: float,
+    timer: Histogram,
+    answered: Callable[[Any], None] | None,
+) -> None:
+    timer.observe((time.perf_counter() - started) * 1000)
+    if answered is not None and not future.cancelled() and future.exception() is None:
+        answered(future.result())
