@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,10 +42,13 @@ from onceflow.broker.handlers.context import (
     HandlerContexts,
 )
 from onceflow.broker.handlers.slices import Sliced, Work
+from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.metrics.counters import BrokerCounters, kafka_request_name
 from onceflow.metrics.histogram import Histogram
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.messages import Request
+
+_metrics_errors = RateLimitedLog(logging.getLogger(__name__))
 
 HandlerResult = Any | Awaitable[Any] | None
 BoundHandler = Callable[[Request], HandlerResult]
@@ -173,7 +177,7 @@ def _observe(
         return future
     timer.observe((time.perf_counter() - started) * 1000)
     if answered is not None and result is not None:
-        answered(result)
+        _count(answered, result)
     return result
 
 
@@ -192,4 +196,12 @@ def _resolved(
 ) -> None:
     timer.observe((time.perf_counter() - started) * 1000)
     if answered is not None and not future.cancelled() and future.exception() is None:
-        answered(future.result())
+        _count(answered, future.result())
+
+
+def _count(answered: Callable[[Any], None], response: Any) -> None:
+    """Counting a response must never cost the client its answer: a failure is logged."""
+    try:
+        answered(response)
+    except Exception:
+        _metrics_errors.error("count", "counting a response failed", exc_info=True)

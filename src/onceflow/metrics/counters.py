@@ -99,7 +99,7 @@ class BrokerCounters:
         """A Fetch response as sent (a long poll reads more than once: only what is answered
         counts): records bytes out and failed partitions, per topic."""
         for topic_response in response.responses:
-            name = topic_response.topic
+            name = getattr(topic_response, "topic", None)
             if name is None:  # v13+
                 found = self.topic_by_id(topic_response.topic_id)
                 if found is None:
