@@ -7,25 +7,25 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.core import GaugeMetricFamily
 
 from onceflow.broker.config import BrokerConfig, ConfigError
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.metrics import endpoint as endpoint_module
 from onceflow.metrics.endpoint import MAX_CLIENTS, MetricsEndpoint
+from onceflow.metrics.snapshot import PartitionRow, Snapshot, Steps
 from tests.metrics.scrape import scrape, value
 from tests.waiting import wait_for
 from tests.wire import api_versions
 
 
-class _OneGauge:
-    def collect(self) -> Iterator[Any]:
-        yield GaugeMetricFamily("onceflow_test_gauge", "a gauge", value=1)
+def _read() -> Steps:
+    """A broker's state with one partition, as read_state copies it."""
+    yield
+    return Snapshot(partitions=[PartitionRow("t", 0, 10, 5, 0, 1, 0, 5)])
 
 
 async def _exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
@@ -41,7 +41,7 @@ async def _exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
 
 def _run(test: Any) -> None:
     async def main() -> None:
-        endpoint = MetricsEndpoint(_OneGauge(), "127.0.0.1", 0)  # type: ignore[arg-type]
+        endpoint = MetricsEndpoint(_read, "127.0.0.1", 0)
         await endpoint.start()
         try:
             await test(endpoint)
@@ -55,7 +55,7 @@ def test_a_scrape_answers_and_closes() -> None:
     async def test(endpoint: MetricsEndpoint) -> None:
         answer = await _exchange(endpoint.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
-        assert b"onceflow_test_gauge 1.0" in answer
+        assert b'kafka_log_log_logendoffset{partition="0",topic="t"} 5.0' in answer
 
     _run(test)
 

@@ -10,6 +10,7 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -53,9 +54,9 @@ from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.log.errors import LogClosedError
 from onceflow.log.file_handles import capacity_for_limit, raise_open_files_limit
 from onceflow.log.file_handles import configure as configure_file_handles
-from onceflow.metrics.collector import BrokerCollector, BrokerState
 from onceflow.metrics.counters import NO_COUNTERS, BrokerCounters
 from onceflow.metrics.endpoint import MetricsEndpoint
+from onceflow.metrics.snapshot import BrokerState, read_state
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.messages import Request
 from onceflow.records.record import DecodedBatch
@@ -181,7 +182,9 @@ class Broker:
         self.groups.begin_loading()
         batches = self._offsets_batches()
         loaded = _replay_for(batches, self.groups, OFFSETS_LOAD_BEFORE_LISTEN_S)
+        transactions_loading = time.monotonic()
         self.transactions.load()
+        self.transactions_load_seconds = time.monotonic() - transactions_loading
         loop = asyncio.get_running_loop()
         for listener in self.security.listeners:
             sock = await _listen(
@@ -211,8 +214,10 @@ class Broker:
             cleaner=self.cleaner,
             quotas=self.quotas,
             committer=self.committer,
+            transactions_load_seconds=self.transactions_load_seconds,
         )
-        self.metrics_endpoint = MetricsEndpoint(BrokerCollector(self.counters, state), *address)
+        read = partial(read_state, self.counters, state)
+        self.metrics_endpoint = MetricsEndpoint(read, *address)
         await self.metrics_endpoint.start()
 
     def _start_coordinators(self) -> None:
