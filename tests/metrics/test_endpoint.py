@@ -55,7 +55,7 @@ def test_a_scrape_answers_and_closes() -> None:
     async def test(endpoint: MetricsEndpoint) -> None:
         answer = await _exchange(endpoint.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
-        assert b'kafka_log_log_logendoffset{partition="0",topic="t"} 5.0' in answer
+        assert b'kafka_log_log_logendoffset{topic="t",partition="0"} 5.0' in answer
 
     _run(test)
 
