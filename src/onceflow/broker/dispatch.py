@@ -10,7 +10,6 @@ The table is written out here, one row per API; adding an API is adding a row.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -151,12 +150,22 @@ def with_metrics(
 def _timed(api_key: int, handle: BoundHandler, counters: BrokerCounters) -> BoundHandler:
     name = kafka_request_name(api_key)
     timer = counters.request_timer(api_key)
+    by_version = counters.requests_by_version(name)
     answered = counters.fetch_answered if api_key == ApiKey.FETCH else None
+    clock = time.perf_counter
 
     def timed(request: Request) -> HandlerResult:
-        started = time.perf_counter()
-        counters.request_received(name, request.api_version)
-        return _observe(handle(request), started, timer, answered)
+        # Written out (no calls but the clock's): about 1 us a request with the observation.
+        started = clock()
+        version = request.api_version
+        by_version[version] = by_version.get(version, 0) + 1
+        result = handle(request)
+        if isinstance(result, Sliced) or hasattr(result, "__await__"):
+            return _observe(result, started, timer, answered)
+        timer.observe((clock() - started) * 1000)
+        if answered is not None and result is not None:
+            _count(answered, result)
+        return result
 
     return timed
 
@@ -171,7 +180,7 @@ def _observe(
     queues and the write to the socket, which here are the connection's)."""
     if isinstance(result, Sliced):
         return Sliced(_observed_work(result.work, started, timer, answered))
-    if inspect.isawaitable(result):
+    if hasattr(result, "__await__"):
         future = asyncio.ensure_future(result)
         future.add_done_callback(lambda done: _resolved(done, started, timer, answered))
         return future

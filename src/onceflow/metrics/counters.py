@@ -58,7 +58,7 @@ class BrokerCounters:
     enabled = True
 
     def __init__(self) -> None:
-        self.requests: dict[tuple[str, int], int] = {}  # (request, version) -> count
+        self.requests: dict[str, dict[int, int]] = {}  # request -> version -> count
         self.total_time_ms: dict[str, Histogram] = {}  # request -> TotalTimeMs
         self.topics: dict[str, TopicCounters] = {}
         self.flush_time_ms = Histogram(MS_BUCKETS)  # LogFlushRateAndTimeMs: one log's fsync
@@ -80,9 +80,9 @@ class BrokerCounters:
         name = kafka_request_name(api_key)
         return self.total_time_ms.setdefault(name, Histogram(MS_BUCKETS))
 
-    def request_received(self, request_name: str, version: int) -> None:
-        key = (request_name, version)
-        self.requests[key] = self.requests.get(key, 0) + 1
+    def requests_by_version(self, request_name: str) -> dict[int, int]:
+        """The counts of one API by version, which the dispatch bumps itself."""
+        return self.requests.setdefault(request_name, {})
 
     # -- produce and fetch (BrokerTopicMetrics) -------------------------------------------
 

@@ -95,7 +95,11 @@ def read_state(counters: BrokerCounters, state: BrokerState) -> Steps:
             c.failed_produce,
             c.failed_fetch,
         )
-    out.requests = dict(counters.requests)
+    out.requests = {
+        (name, version): count
+        for name, by_version in counters.requests.items()
+        for version, count in by_version.items()
+    }
     out.total_time_ms = {name: _copy(h) for name, h in counters.total_time_ms.items() if h.count}
     out.flush_time_ms = _copy(counters.flush_time_ms)
     out.records_per_flush = _copy(counters.records_per_flush)
