@@ -4,6 +4,7 @@ and counts only committed records (read_committed)."""
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Iterator
 
@@ -13,6 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.metrics.scrape import scrape, value
 from tests.waiting import wait_for
+from tests.wire import WireClient
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +180,16 @@ def test_the_endpoint_is_off_unless_set(session_broker: EmbeddedBroker) -> None:
     assert session_broker.metrics_port is None
     assert not any("metrics" in line for line in session_broker.output)
     assert any("ready" in line for line in session_broker.output)
+
+
+def test_connections_closed_by_a_limit_are_counted_by_its_name(broker: EmbeddedBroker) -> None:
+    name = "onceflow_server_connections_refused_total"
+    limit = "socket.request.max.bytes"
+    before = _metric(broker, name, limit=limit) or 0
+    with WireClient(broker.bootstrap) as client:
+        client.send_raw(struct.pack(">i", 200 << 20))  # a 200 MiB frame announced
+        assert client.closed_by_peer()
+    wait_for(
+        lambda: _metric(broker, name, limit=limit) == before + 1,
+        what=lambda: f"{name}{{limit={limit}}} = {before} + 1",
+    )

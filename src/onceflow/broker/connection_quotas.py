@@ -35,6 +35,10 @@ class ConnectionQuotas:
         # Connections refused or made to wait, by the limit's name (the metrics read them).
         self.refused: dict[str, int] = {"max.connections.per.ip": 0, "max.connections": 0}
 
+    def refuse(self, limit: str) -> None:
+        """Count a connection closed (or made to wait) by `limit`, a setting's name."""
+        self.refused[limit] = self.refused.get(limit, 0) + 1
+
     def limit_for(self, host: str) -> int:
         return self.overrides.get(host, self.max_per_ip)
 

@@ -315,8 +315,9 @@ def _connections(s: Snapshot) -> Iterator[Metric]:
     )
     refused = CounterMetricFamily(
         "onceflow_server_connections_refused",
-        "Connections closed at accept (max.connections.per.ip) or made to wait in the backlog "
-        "(max.connections), by the limit",
+        "Connections closed by a limit (max.connections.per.ip at accept, "
+        "socket.request.max.bytes, sasl.server.max.receive.size, queued.max.request.bytes, "
+        "connections.max.idle.ms) or made to wait in the backlog (max.connections)",
         labels=["limit"],
     )
     for limit, n in sorted(s.refused.items()):
