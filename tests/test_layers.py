@@ -22,6 +22,7 @@ RANKS = [
     ["txn"],
     ["compaction", "groups", "security"],
     ["coordinator_runtime"],
+    ["metrics"],
     ["broker"],
     ["apache_kafka", "spark"],
     ["mirror"],

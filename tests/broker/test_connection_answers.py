@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
+from onceflow.broker.connection_quotas import ConnectionQuotas
 from onceflow.broker.dispatch import supported_versions
 from onceflow.broker.handlers.api_versions import handle_api_versions
 from onceflow.broker.memory_pool import MemoryPool
@@ -42,6 +43,7 @@ class ScriptedOwner:
     held: set[int]
     release: asyncio.Event = field(default_factory=asyncio.Event)
     request_memory: MemoryPool = field(default_factory=lambda: MemoryPool(1 << 20))
+    quotas: ConnectionQuotas = field(default_factory=lambda: ConnectionQuotas(1 << 30, 1 << 30))
     supported: dict[int, tuple[int, int]] = field(default_factory=supported_versions)
     seen: int = 0
     closed: threading.Event = field(default_factory=threading.Event)

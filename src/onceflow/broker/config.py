@@ -9,6 +9,7 @@ from typing import Any
 
 from onceflow.log.config import parse_cleanup_policy
 from onceflow.log.errors import LogConfigError
+from onceflow.metrics.listen import MetricsListenError, parse_listen
 from onceflow.records.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 from onceflow.security.authorizer import AUTHORIZER_CLASS_NAMES
 from onceflow.security.listeners import (
@@ -127,6 +128,9 @@ class BrokerConfig:
     authorizer_class_name: str = _kafka("authorizer.class.name", "")
     super_users: str = _kafka("super.users", "")
     allow_everyone_if_no_acl_found: bool = _kafka("allow.everyone.if.no.acl.found", False)
+    # Not Kafka's (it has JMX): HOST:PORT of the Prometheus endpoint (onceflow.metrics), off
+    # when empty. Off by default: no port taken unasked, nothing exposed without auth.
+    metrics_listen: str = ""  # set as metrics.listen
 
     def __post_init__(self) -> None:
         _check_cleaner_settings(self)
@@ -138,6 +142,7 @@ class BrokerConfig:
         if self.connection_failed_authentication_delay_ms < 0:
             raise ConfigError("setting 'connection.failed.authentication.delay.ms' is negative")
         self.authorizer_enabled()
+        self.metrics_address()
 
     def authorizer_enabled(self) -> bool:
         name = self.authorizer_class_name.strip()
@@ -147,6 +152,13 @@ class BrokerConfig:
                 f"{' or '.join(AUTHORIZER_CLASS_NAMES)}"
             )
         return bool(name)
+
+    def metrics_address(self) -> tuple[str, int] | None:
+        """(host, port) of `metrics.listen`, None when the endpoint is off."""
+        try:
+            return parse_listen(self.metrics_listen)
+        except MetricsListenError as e:
+            raise ConfigError(str(e)) from None
 
     def listener_list(self) -> list[Listener]:
         """`listeners`, or the one PLAINTEXT listener of --listen (host, port)."""

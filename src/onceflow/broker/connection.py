@@ -33,11 +33,12 @@ from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.memory_pool import READ_AHEAD, MemoryPool
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.protocol.api_key import ApiKey
-from onceflow.protocol.errors import ProtocolError
+from onceflow.protocol.errors import FrameTooLargeError, ProtocolError
 from onceflow.protocol.framing import FrameReader
 from onceflow.protocol.messages import Request, encode_response, parse_request
 
 if TYPE_CHECKING:
+    from onceflow.broker.connection_quotas import ConnectionQuotas
     from onceflow.security.broker_security import BrokerSecurity
     from onceflow.security.listeners import Listener
     from onceflow.security.session import Session
@@ -65,6 +66,7 @@ class ConnectionOwner(Protocol):
     request_memory: MemoryPool
     supported: Mapping[int, tuple[int, int]]
     security: BrokerSecurity  # the listeners' TLS and SASL: each connection's session
+    quotas: ConnectionQuotas  # counts the connections each limit closes (the metrics)
 
     def dispatch(self, connection: Connection, request: Request) -> Any: ...
 
@@ -240,6 +242,7 @@ class Connection(asyncio.Protocol):
                 LANE_CHECK_S,
                 pool.waiting,
             )
+            self.broker.quotas.refuse("queued.max.request.bytes")
             self.abort()
         else:
             self._watch_lane()
@@ -300,6 +303,8 @@ class Connection(asyncio.Protocol):
         limited_log.warning(
             f"refused:{type(error).__name__}", "closing connection from %s: %s", self.peer, error
         )
+        if isinstance(error, FrameTooLargeError):  # the setting's name, before any "(...)"
+            self.broker.quotas.refuse(self._frames.setting.split(" ")[0])
         self._frames.clear()
         self._finish()
 
@@ -453,6 +458,7 @@ class Connection(asyncio.Protocol):
             limited_log.info(
                 "idle", "closing connection from %s idle for %.1fs", self.peer, elapsed
             )
+            self.broker.quotas.refuse("connections.max.idle.ms")
             self.abort()
         else:
             self._schedule_idle_check(idle - elapsed)

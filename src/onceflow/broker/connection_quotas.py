@@ -32,6 +32,12 @@ class ConnectionQuotas:
         self.total = 0
         self._per_ip: dict[str, int] = {}
         self._slot_freed = asyncio.Event()
+        # Connections refused or made to wait, by the limit's name (the metrics read them).
+        self.refused: dict[str, int] = {"max.connections.per.ip": 0, "max.connections": 0}
+
+    def refuse(self, limit: str) -> None:
+        """Count a connection closed (or made to wait) by `limit`, a setting's name."""
+        self.refused[limit] = self.refused.get(limit, 0) + 1
 
     def limit_for(self, host: str) -> int:
         return self.overrides.get(host, self.max_per_ip)
@@ -42,6 +48,7 @@ class ConnectionQuotas:
     async def wait_for_slot(self) -> None:
         """Return once a connection may be accepted under `max.connections`."""
         while not self.slot_available():
+            self.refused["max.connections"] += 1
             self._slot_freed.clear()
             await self._slot_freed.wait()
 
@@ -53,6 +60,7 @@ class ConnectionQuotas:
         """Count a new connection from `host`, or refuse it (False) over its per-IP limit."""
         count = self._per_ip.get(host, 0)
         if count >= self.limit_for(host):
+            self.refused["max.connections.per.ip"] += 1
             return False
         self._per_ip[host] = count + 1
         self.total += 1

@@ -9,6 +9,9 @@ The table is written out here, one row per API; adding an API is adding a row.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -37,8 +40,14 @@ from onceflow.broker.handlers import scram_credentials as scram
 from onceflow.broker.handlers.context import (
     HandlerContexts,
 )
+from onceflow.broker.handlers.slices import Sliced, Work
+from onceflow.broker.log_limit import RateLimitedLog
+from onceflow.metrics.counters import BrokerCounters, kafka_request_name
+from onceflow.metrics.histogram import Histogram
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.messages import Request
+
+_metrics_errors = RateLimitedLog(logging.getLogger(__name__))
 
 HandlerResult = Any | Awaitable[Any] | None
 BoundHandler = Callable[[Request], HandlerResult]
@@ -126,3 +135,82 @@ def supported_versions() -> dict[int, tuple[int, int]]:
 def bind_handlers(contexts: HandlerContexts) -> dict[int, BoundHandler]:
     """Every handler given its family's context: what the broker dispatches a request to."""
     return {h.api_key: partial(h.handle, getattr(contexts, h.context)) for h in API_HANDLERS}
+
+
+def with_metrics(
+    handlers: dict[int, BoundHandler], counters: BrokerCounters
+) -> dict[int, BoundHandler]:
+    """Each handler counted (kafka.network RequestMetrics: requests per API and version, total
+    time per API) when the metrics endpoint is on; the handlers themselves otherwise."""
+    if not counters.enabled:
+        return handlers
+    return {key: _timed(key, handle, counters) for key, handle in handlers.items()}
+
+
+def _timed(api_key: int, handle: BoundHandler, counters: BrokerCounters) -> BoundHandler:
+    name = kafka_request_name(api_key)
+    timer = counters.request_timer(api_key)
+    by_version = counters.requests_by_version(name)
+    answered = counters.fetch_answered if api_key == ApiKey.FETCH else None
+    clock = time.perf_counter
+
+    def timed(request: Request) -> HandlerResult:
+        # Written out (no calls but the clock's): about 1 us a request with the observation.
+        started = clock()
+        version = request.api_version
+        by_version[version] = by_version.get(version, 0) + 1
+        result = handle(request)
+        if isinstance(result, Sliced) or hasattr(result, "__await__"):
+            return _observe(result, started, timer, answered)
+        timer.observe((clock() - started) * 1000)
+        if answered is not None and result is not None:
+            _count(answered, result)
+        return result
+
+    return timed
+
+
+def _observe(
+    result: HandlerResult,
+    started: float,
+    timer: Histogram,
+    answered: Callable[[Any], None] | None,
+) -> HandlerResult:
+    """Time from dispatch until the response is ready (Kafka's TotalTimeMs also holds the
+    queues and the write to the socket, which here are the connection's)."""
+    if isinstance(result, Sliced):
+        return Sliced(_observed_work(result.work, started, timer, answered))
+    if hasattr(result, "__await__"):
+        future = asyncio.ensure_future(result)
+        future.add_done_callback(lambda done: _resolved(done, started, timer, answered))
+        return future
+    timer.observe((time.perf_counter() - started) * 1000)
+    if answered is not None and result is not None:
+        _count(answered, result)
+    return result
+
+
+def _observed_work(
+    work: Work, started: float, timer: Histogram, answered: Callable[[Any], None] | None
+) -> Work:
+    result = yield from work
+    return _observe(result, started, timer, answered)
+
+
+def _resolved(
+    future: asyncio.Future[Any],
+    started: float,
+    timer: Histogram,
+    answered: Callable[[Any], None] | None,
+) -> None:
+    timer.observe((time.perf_counter() - started) * 1000)
+    if answered is not None and not future.cancelled() and future.exception() is None:
+        _count(answered, future.result())
+
+
+def _count(answered: Callable[[Any], None], response: Any) -> None:
+    """Counting a response must never cost the client its answer: a failure is logged."""
+    try:
+        answered(response)
+    except Exception:
+        _metrics_errors.error("count", "counting a response failed", exc_info=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -111,6 +112,8 @@ class GroupCommitter:
         self._flushing: dict[PartitionLog, asyncio.Task[None]] = {}  # one flush in flight each
         self._start_scheduled = False
         self.flushes = 0
+        # Told of each log's flush (log, flushed offset before, writers, seconds): the metrics.
+        self.on_flush: Callable[[PartitionLog, int, int, float], None] = _no_observer
 
     async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
         """Return once every log's appends so far are durable; raises NotDurableError for the
@@ -154,6 +157,7 @@ class GroupCommitter:
             task.add_done_callback(partial(self._flushed, one))
 
     async def _flush(self, one: PartitionLog, waiters: list[_Waiter]) -> None:
+        started, flushed_from = time.perf_counter(), one.flushed_offset
         try:
             error = await self._sync(one)
         except asyncio.CancelledError:
@@ -169,6 +173,7 @@ class GroupCommitter:
             error = e
         else:
             self.flushes += 1
+            self.on_flush(one, flushed_from, len(waiters), time.perf_counter() - started)
             if error is not None:
                 # Not prepared or not synced (deleted, EMFILE): only this log's writers fail.
                 error = NotDurableError({one: error})
@@ -215,6 +220,10 @@ class GroupCommitter:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _no_observer(log: PartitionLog, flushed_from: int, writers: int, seconds: float) -> None:
+    pass
 
 
 RETRY_BACKOFF_S = (0.01, 0.05, 0.2, 1.0)  # then 1 s between tries

@@ -19,6 +19,7 @@ from pathlib import Path
 
 _READY = re.compile(r"onceflow broker ready on (\S+):(\d+)")
 _LISTENERS = re.compile(r"\(listeners: ([^;)]+)")
+_METRICS = re.compile(r"onceflow metrics on http://(\S+):(\d+)/metrics")
 
 
 class BrokerStartError(RuntimeError):
@@ -52,6 +53,7 @@ class EmbeddedBroker:
         self.listener_ports: dict[str, int] = {}
         self.process: subprocess.Popen[str] | None = None
         self.output: deque[str] = deque(maxlen=200)
+        self.metrics_port: int | None = None  # with metrics.listen: the bound port
 
     @property
     def bootstrap(self) -> str:
@@ -125,6 +127,8 @@ class EmbeddedBroker:
         assert process.stdout is not None
         for line in process.stdout:
             self.output.append(line.rstrip())
+            if (metrics := _METRICS.search(line)) is not None:
+                self.metrics_port = int(metrics.group(2))
             match = _READY.search(line)
             if match and not ready.is_set():
                 self.port = int(match.group(2))

@@ -10,6 +10,7 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -20,7 +21,7 @@ from onceflow.broker.connection import Connection
 from onceflow.broker.connection_quotas import ConnectionQuotas
 from onceflow.broker.coordinator_log import CoordinatorLog, internal_log_configs
 from onceflow.broker.data_dir import open_data_dir
-from onceflow.broker.dispatch import HandlerResult, bind_handlers, supported_versions
+from onceflow.broker.dispatch import HandlerResult, bind_handlers, supported_versions, with_metrics
 from onceflow.broker.durability import (
     GroupCommitter,
     NotDurableError,
@@ -53,6 +54,9 @@ from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.log.errors import LogClosedError
 from onceflow.log.file_handles import capacity_for_limit, raise_open_files_limit
 from onceflow.log.file_handles import configure as configure_file_handles
+from onceflow.metrics.counters import NO_COUNTERS, BrokerCounters
+from onceflow.metrics.endpoint import MetricsEndpoint
+from onceflow.metrics.snapshot import BrokerState, read_state
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.messages import Request
 from onceflow.records.record import DecodedBatch
@@ -121,7 +125,14 @@ class Broker:
         self.request_memory = MemoryPool(config.queued_max_request_bytes)
         self.heap = HeapTrimmer()
         self.node = Node(config.node_id, config.advertised, config.port, self.cluster_id)
+        # Prometheus metrics (onceflow.metrics): counted only when metrics.listen is set.
+        self.counters = BrokerCounters() if config.metrics_address() else NO_COUNTERS
+        self.metrics_endpoint: MetricsEndpoint | None = None
         self._handlers = bind_handlers(self._handler_contexts())
+        self._handlers = with_metrics(self._handlers, self.counters)
+        if self.counters.enabled:
+            self.counters.topic_by_id = self.topics.by_id
+            self.committer.on_flush = self.counters.flushed
         self.big_requests = BigRequests()  # requests too big for one turn of the event loop
 
     @property
@@ -140,6 +151,7 @@ class Broker:
                 self.transactions.coordinator,
                 Durability(self.make_durable, self.committer.wait_durable, self.not_durable_code),
                 self.clock,
+                metrics=self.counters,
             ),
             groups=groups,
             txn=TxnContext(self.transactions.coordinator, self.transactions, groups),
@@ -171,7 +183,9 @@ class Broker:
         self.groups.begin_loading()
         batches = self._offsets_batches()
         loaded = _replay_for(batches, self.groups, OFFSETS_LOAD_BEFORE_LISTEN_S)
+        transactions_loading = time.monotonic()
         self.transactions.load()
+        self.transactions_load_seconds = time.monotonic() - transactions_loading
         loop = asyncio.get_running_loop()
         for listener in self.security.listeners:
             sock = await _listen(
@@ -181,11 +195,31 @@ class Broker:
             self.bound_ports[listener.name] = sock.getsockname()[1]
             self._acceptors.append(loop.create_task(self._accept(sock, listener)))
         self.node.port = self.bound_ports[self.security.listeners[0].name]
+        await self._start_metrics()
         if loaded:
             self._start_coordinators()
         else:
             self._offsets_load = loop.create_task(self._load_offsets_later(batches))
             self._offsets_load.add_done_callback(self._offsets_load_ended)
+
+    async def _start_metrics(self) -> None:
+        """The scrape endpoint (metrics.listen), on this event loop (metrics/endpoint.py)."""
+        address = self.config.metrics_address()
+        if address is None:
+            return
+        state = BrokerState(
+            topics=self.topics,
+            partition=self.topics.partition,
+            transactions=self.transactions.coordinator,
+            groups=self.groups,
+            cleaner=self.cleaner,
+            quotas=self.quotas,
+            committer=self.committer,
+            transactions_load_seconds=self.transactions_load_seconds,
+        )
+        read = partial(read_state, self.counters, state)
+        self.metrics_endpoint = MetricsEndpoint(read, *address)
+        await self.metrics_endpoint.start()
 
     def _start_coordinators(self) -> None:
         """With the offsets loaded: the group requests, the timers and the background tasks
@@ -239,6 +273,8 @@ class Broker:
         await asyncio.gather(*self._acceptors, *self._handshakes, return_exceptions=True)
         for sock in self._listeners:
             sock.close()
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.stop()
         # Clients are dropped before the logs close, so that no request runs against them.
         connections = list(self._connections)
         for connection in connections:
@@ -629,6 +665,8 @@ async def serve_forever(config: BrokerConfig) -> None:
     loop.set_exception_handler(_rate_limited_exception_handler)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if broker.metrics_endpoint is not None:
+        print(f"onceflow metrics on {broker.metrics_endpoint.url}", flush=True)
     fsync = "on" if config.fsync else "OFF (acknowledged writes can be lost on power failure)"
     # The first listener first (what EmbeddedBroker and scripts read), then every listener.
     first = broker.security.listeners[0]

@@ -22,6 +22,7 @@ from onceflow.broker.transactions import Transactions
 from onceflow.clock import Clock
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.log.partition_log import PartitionLog
+from onceflow.metrics.counters import NO_COUNTERS, BrokerCounters
 from onceflow.protocol.messages import Request
 from onceflow.security.broker_security import BrokerSecurity
 from onceflow.txn.coordinator import TransactionCoordinator
@@ -82,6 +83,7 @@ class DataContext:
     transaction_checks: TransactionCoordinator  # KIP-890 verification of transactional produce
     durability: Durability
     clock: Clock
+    metrics: BrokerCounters = NO_COUNTERS  # BrokerTopicMetrics, counted by Produce
 
 
 @dataclass(frozen=True)

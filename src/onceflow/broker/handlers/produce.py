@@ -155,6 +155,7 @@ def _append(
         )
     except AppendRefused as e:
         log.info("produce to %s-%d refused: %s", topic, pdata.index, e)
+        ctx.metrics.produce_failed(topic)
         record_errors: tuple[Any, ...] = ()
         if record_error_cls is not None:
             record_errors = tuple(
@@ -166,6 +167,7 @@ def _append(
         return _Answer(e.code, str(e), record_errors, log_start_offset=start)
     # A duplicate is answered once its original is durable, like any write.
     touched.append(partition)
+    ctx.metrics.produced(topic, pdata.records)
     return _Answer(
         ErrorCode.none,
         base_offset=result.first_offset,
