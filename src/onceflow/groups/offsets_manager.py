@@ -11,6 +11,7 @@ from the start) rebuilds the same offsets.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -33,15 +34,54 @@ from onceflow.groups.offsets_record import (
 )
 from onceflow.records.saturating import saturated_add
 
+if TYPE_CHECKING:
+    from onceflow.groups.consumer_groups import ConsumerGroups
+
 
 class OffsetManager:
     """Committed and pending transactional offsets of every group (all of
     ``__consumer_offsets``); groups are looked up in, and created by, the membership."""
 
-    def __init__(self, context: GroupContext, membership: Membership) -> None:
+    def __init__(
+        self,
+        context: GroupContext,
+        membership: Membership,
+        *,
+        consumer_groups: ConsumerGroups | None = None,
+    ) -> None:
         self._ctx = context
         self._membership = membership
+        # KIP-848 groups: their commits are fenced by member epoch instead of generation.
+        self._consumer_groups = consumer_groups
         self._offsets = OffsetStore()
+
+    def _consumer_group_error(
+        self,
+        group_id: str,
+        member_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        *,
+        transactional: bool,
+        api_version: int | None,
+    ) -> ErrorCode | bool | None:
+        """False when ``group_id`` is not a consumer group, else the commit's error (or None)."""
+        group = None if self._consumer_groups is None else self._consumer_groups.group(group_id)
+        if group is None or self._consumer_groups is None:
+            return False
+        return self._consumer_groups.validate_offset_commit(
+            group,
+            member_id,
+            group_instance_id,
+            member_epoch,
+            transactional=transactional,
+            api_version=api_version,
+        )
+
+    def _is_consumer_group(self, group_id: str) -> bool:
+        return (
+            self._consumer_groups is not None and self._consumer_groups.group(group_id) is not None
+        )
 
     @property
     def offsets(self) -> OffsetStore:
@@ -65,8 +105,19 @@ class OffsetManager:
         unknown group with a generation."""
         if self._ctx.loading:
             return self._fail_all(offsets, ErrorCode.coordinator_load_in_progress)
-        group = self._membership.group(group_id)
-        if group is None:
+        consumer_error = self._consumer_group_error(
+            group_id,
+            generation_id,
+            member_id,
+            group_instance_id,
+            transactional=False,
+            api_version=api_version,
+        )
+        group = None if consumer_error is not False else self._membership.group(group_id)
+        if consumer_error is not False:
+            if consumer_error is not None:
+                return self._fail_all(offsets, consumer_error)
+        elif group is None:
             # No group: only a commit outside group management (admin tools, assign()) is
             # accepted; it creates a "simple" group when replayed.
             if generation_id >= 0:
@@ -112,6 +163,18 @@ class OffsetManager:
         del transactional_id, producer_id, producer_epoch  # identify the batch, not validated here
         if self._ctx.loading:
             return self._fail_all(offsets, ErrorCode.coordinator_load_in_progress)
+        consumer_error = self._consumer_group_error(
+            group_id,
+            generation_id,
+            member_id,
+            group_instance_id,
+            transactional=True,
+            api_version=None,
+        )
+        if consumer_error is not False:
+            if consumer_error is not None:
+                return self._fail_all(offsets, consumer_error)
+            return self._offset_records(group_id, offsets, self._ctx.clock(), None)
         group = self._membership.group(group_id)
         if group is None:
             if generation_id >= 0:
@@ -187,7 +250,8 @@ class OffsetManager:
         if self._ctx.loading:
             raise CoordinatorLoadInProgressError(f"offsets of {group_id!r} are loading")
         group = self._membership.group(group_id)
-        committed = {} if group is None else self._offsets.committed(group_id)  # a copy
+        known = group is not None or self._is_consumer_group(group_id)
+        committed = self._offsets.committed(group_id) if known else {}  # a copy
         pending = self._offsets.pending_partitions(group_id) if require_stable else set()
         wanted = sorted(committed) if partitions is None else list(partitions)
         out: dict[TopicPartition, OffsetFetchEntry] = {}
@@ -299,7 +363,8 @@ class OffsetManager:
             self._offsets.replay_commit(key.group, tp, None)
             return
         offset = decode_offset_commit_value(value)
-        self._membership.get_or_create_group(key.group)
+        if not self._is_consumer_group(key.group):
+            self._membership.get_or_create_group(key.group)
         self._offsets.replay_commit(key.group, tp, offset, producer_id, transactional)
 
     def complete_transaction(self, producer_id: int, committed: bool) -> None:
