@@ -46,6 +46,22 @@ def _freeze(owned: dict[str, dict[TopicId, set[int]]]) -> dict[str, MemberAssign
     }
 
 
+def _next_move(
+    members: Mapping[str, AssignmentMember],
+    owned: dict[str, dict[TopicId, set[int]]],
+    count: dict[str, int],
+    subscribers: dict[TopicId, list[str]],
+) -> tuple[str, TopicId, str] | None:
+    for donor in sorted(members, key=lambda m: (-count[m], m)):
+        for topic_id in sorted(owned[donor], key=str):
+            if not owned[donor][topic_id]:
+                continue
+            receiver = min(subscribers[topic_id], key=lambda m: (count[m], m))
+            if count[receiver] < count[donor] - 1:
+                return donor, topic_id, receiver
+    return None
+
+
 class UniformAssignor(Assignor):
     name = "uniform"
 
@@ -79,24 +95,16 @@ class UniformAssignor(Assignor):
                 target = min(subscribers[topic_id], key=lambda m: (count[m], m))
                 owned[target].setdefault(topic_id, set()).add(p)
                 count[target] += 1
-        # 3. Balance: move partitions from the fullest members to eligible emptier ones,
-        # until no subscriber of a topic has two partitions fewer than an owner of it.
-        moved = True
-        while moved:
-            moved = False
-            for member_id in sorted(members, key=lambda m: (-count[m], m)):
-                for topic_id in sorted(owned[member_id], key=str):
-                    for p in sorted(owned[member_id][topic_id], reverse=True):
-                        target = min(
-                            subscribers[topic_id], key=lambda m: (count[m], m), default=None
-                        )
-                        if target is None or count[target] >= count[member_id] - 1:
-                            break
-                        owned[member_id][topic_id].discard(p)
-                        owned[target].setdefault(topic_id, set()).add(p)
-                        count[member_id] -= 1
-                        count[target] += 1
-                        moved = True
+        # 3. Balance: one partition at a time from the fullest member to the emptiest member
+        # subscribed to its topic, while they differ by more than one (so each member gives
+        # up only what exceeds its share).
+        while (move := _next_move(members, owned, count, subscribers)) is not None:
+            donor, topic_id, receiver = move
+            p = max(owned[donor][topic_id])
+            owned[donor][topic_id].discard(p)
+            owned[receiver].setdefault(topic_id, set()).add(p)
+            count[donor] -= 1
+            count[receiver] += 1
         return _freeze(owned)
 
 

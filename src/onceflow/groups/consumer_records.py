@@ -30,6 +30,7 @@ from onceflow.coordinator_schema import (
     encode_tagged_field,
     encode_uvarint,
 )
+from onceflow.groups.offsets_record import OffsetsRecordError
 
 CONSUMER_GROUP_METADATA = 3
 CONSUMER_GROUP_PARTITION_METADATA = 4
@@ -44,8 +45,8 @@ RECORD_TYPES = frozenset(range(3, 10))
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 
 
-class ConsumerGroupRecordError(ValueError):
-    """A consumer group record that cannot be decoded."""
+class ConsumerGroupRecordError(OffsetsRecordError):
+    """A consumer group record that cannot be decoded (an offsets-log record error)."""
 
 
 @dataclass(frozen=True)
