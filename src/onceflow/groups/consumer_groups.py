@@ -15,6 +15,7 @@ Kafka broker) are applied by the same replay. Unlike Kafka, a failed write is no
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import uuid
 from collections import Counter
@@ -48,6 +49,8 @@ from onceflow.groups.group import GroupState
 from onceflow.groups.membership import Membership
 from onceflow.groups.offsets_record import encode_group_metadata_key
 from onceflow.groups.reconciliation import FencedMemberEpochError, reconcile
+
+log = logging.getLogger(__name__)
 
 # Kafka refreshes a group's regular expressions at most this often (and when one is new).
 REGEX_REFRESH_INTERVAL_MS = 10_000
@@ -112,6 +115,14 @@ class ConsumerGroups:
             else:
                 result = self._heartbeat(request, records, topics)  # applies its records
         except HeartbeatError as e:
+            log.info(
+                "[GroupId %s] heartbeat of member %s at epoch %d: %s (%s)",
+                request.group_id,
+                request.member_id,
+                request.member_epoch,
+                e.error.name,
+                e,
+            )
             return CoordinatorResult([], HeartbeatResult(e.error, str(e)))
         return CoordinatorResult(records, result)
 
