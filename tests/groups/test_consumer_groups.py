@@ -297,3 +297,11 @@ def test_deleting_an_empty_consumer_group() -> None:
     assert deleted.response == {"g": E.none}
     c.write(deleted.records)
     assert c.describe().error == E.group_id_not_found
+
+
+def test_a_regex_that_backtracks_for_ever_is_refused_not_run() -> None:
+    """Kafka's RE2/J matches in linear time; a backtracking pattern must not hold the loop."""
+    c = Consumers()
+    c.topics.create("a" * 200 + "b", 1)
+    r = c.heartbeat("m1", 0, subscribed_topic_regex="(a|aa)+")
+    assert r.error == E.invalid_regular_expression, r

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+import regex
 from kio.schema.errors import ErrorCode
 
 from onceflow.coordinator_result import CoordinatorResult, Record
@@ -54,6 +55,11 @@ log = logging.getLogger(__name__)
 
 # Kafka refreshes a group's regular expressions at most this often (and when one is new).
 REGEX_REFRESH_INTERVAL_MS = 10_000
+# Kafka matches with RE2/J, in linear time; Python's backtracking engines do not, so a
+# subscription's matching gets this much CPU per refresh (the `regex` module's timeout), and a
+# regular expression that needs more is refused (INVALID_REGULAR_EXPRESSION) rather than let
+# it hold the event loop.
+REGEX_MATCH_BUDGET_S = 0.1
 # ConsumerGroupHeartbeat v1+: the client generates its member id (KIP-1082).
 CONSUMER_GENERATED_MEMBER_ID_VERSION = 1
 
@@ -166,8 +172,8 @@ class ConsumerGroups:
             )
         if req.subscribed_topic_regex is not None:
             try:
-                re.compile(req.subscribed_topic_regex)
-            except re.error as e:
+                regex.compile(req.subscribed_topic_regex)
+            except regex.error as e:
                 raise HeartbeatError(
                     ErrorCode.invalid_regular_expression,
                     f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid "
@@ -246,7 +252,9 @@ class ConsumerGroups:
         if replaced is not None:
             members.pop(replaced, None)
         members[member_id] = updated
-        resolved = self._refresh_regexes(group, members, topics, now, records, force=bump)
+        resolved = self._refresh_regexes(
+            group, members, topics, now, records, force=bump, requested=req.subscribed_topic_regex
+        )
         metadata = _subscription_metadata(members, resolved, topics)
         metadata_hash = _metadata_hash(metadata)
         group_epoch = group.group_epoch
@@ -401,9 +409,10 @@ class ConsumerGroups:
         records: list[Record],
         *,
         force: bool,
+        requested: str | None = None,
     ) -> dict[str, tuple[str, ...]]:
         """The group's regular expressions resolved to topics; a record for each that changed.
-        Kafka matches with RE2/J: Python's ``re`` agrees on the common syntax."""
+        Kafka matches with RE2/J: the `regex` module agrees on the common syntax."""
         wanted = {m.subscribed_topic_regex for m in members.values() if m.subscribed_topic_regex}
         resolved = {r: t for r, t in group.resolved_regexes.items() if r in wanted}
         due = force or now - group.regex_refreshed_ms >= REGEX_REFRESH_INTERVAL_MS
@@ -411,16 +420,24 @@ class ConsumerGroups:
         if not missing and not due:
             return resolved
         names = sorted(t.name for t in topics if not t.name.startswith("__"))
-        for regex in sorted(wanted if due else missing):
-            pattern = re.compile(regex)
-            matched = tuple(n for n in names if pattern.fullmatch(n))
-            if group.resolved_regexes.get(regex) != matched:
+        for expression in sorted(wanted if due else missing):
+            try:
+                matched = _matching(expression, names)
+            except TimeoutError:
+                if expression in resolved and expression != requested:
+                    continue  # keep what it matched; the member that sent it is told
+                raise HeartbeatError(
+                    ErrorCode.invalid_regular_expression,
+                    f"SubscribedTopicRegex `{expression}` takes more than "
+                    f"{REGEX_MATCH_BUDGET_S} s to match the topics.",
+                ) from None
+            if group.resolved_regexes.get(expression) != matched:
                 key = cr.ConsumerGroupKey(
-                    cr.CONSUMER_GROUP_REGULAR_EXPRESSION, group.group_id, regex
+                    cr.CONSUMER_GROUP_REGULAR_EXPRESSION, group.group_id, expression
                 )
                 value = cr.RegularExpressionValue(matched, 0, now)
                 records.append((cr.encode_key(key), cr.encode_regular_expression(value)))
-            resolved[regex] = matched
+            resolved[expression] = matched
         if due:
             group.regex_refreshed_ms = now  # in memory only, as Kafka's refresh deadline
         return resolved
@@ -568,8 +585,8 @@ class ConsumerGroups:
     def group_tombstones(self, group: ConsumerGroup) -> list[Record]:
         gid = group.group_id
         records: list[Record] = []
-        for regex in group.resolved_regexes:
-            key = cr.ConsumerGroupKey(cr.CONSUMER_GROUP_REGULAR_EXPRESSION, gid, regex)
+        for expression in group.resolved_regexes:
+            key = cr.ConsumerGroupKey(cr.CONSUMER_GROUP_REGULAR_EXPRESSION, gid, expression)
             records.append((cr.encode_key(key), None))
         for kind in (cr.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, cr.CONSUMER_GROUP_METADATA):
             records.append((cr.encode_key(cr.ConsumerGroupKey(kind, gid)), None))
@@ -764,6 +781,20 @@ class ConsumerGroups:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def _matching(expression: str, names: list[str]) -> tuple[str, ...]:
+    """The topic names the expression matches whole; TimeoutError past the CPU budget."""
+    pattern = regex.compile(expression)
+    deadline = time.monotonic() + REGEX_MATCH_BUDGET_S
+    matched = []
+    for name in names:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(expression)
+        if pattern.fullmatch(name, timeout=left):
+            matched.append(name)
+    return tuple(matched)
 
 
 def _rejoined(member: ConsumerGroupMember) -> ConsumerGroupMember:
