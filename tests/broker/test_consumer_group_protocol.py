@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.cli.consumer_group_admin import describe_consumer_group
 from tests.confluent import QUIET, create_topic, produce, transactional_producer
 from tests.eos.checker import read_back
 from tests.waiting import wait_for
@@ -210,3 +211,46 @@ def test_transactional_copy_with_a_member_joining(kip848_broker: EmbeddedBroker)
             member.consumer.close()
     [read] = read_back(bootstrap, [(sink, 0)]).values()
     assert sorted(int(v) for v in read.committed) == list(range(total))
+
+
+def test_a_broker_killed_and_restarted_keeps_the_group(tmp_path: Path) -> None:
+    """kill -9 of the broker with three members: the records replayed at start give back the
+    group epoch, the member epochs and the assignments, and no member loses a partition."""
+    broker = EmbeddedBroker(tmp_path, settings={"group.consumer.heartbeat.interval.ms": "500"})
+    broker.start()
+    members: list[Member] = []
+    try:
+        bootstrap = broker.bootstrap
+        topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+        create_topic(bootstrap, topic, 6)
+        members.extend(Member(bootstrap, group, topic) for _ in range(3))
+        wait_for(
+            lambda: counts(members) == [2, 2, 2],
+            60,
+            lambda: counts(members),
+            poll=lambda: poll_all(members),
+        )
+        before = describe_consumer_group(bootstrap, group)
+        owned = [set(m.assigned) for m in members]
+        broker.kill()
+        broker.start()
+        # The members go on heartbeating to the restarted broker, at their epochs.
+        wait_for(
+            lambda: describe_consumer_group(bootstrap, group) is not None,
+            60,
+            "the group after the restart",
+            poll=lambda: poll_all(members),
+        )
+        for _ in range(20):
+            poll_all(members)  # ~2 s: several heartbeats each
+        after = describe_consumer_group(bootstrap, group)
+        assert after is not None and before is not None
+        assert after.group_epoch == before.group_epoch
+        assert sorted((m.member_id, m.member_epoch, str(m.assignment)) for m in after.members) == (
+            sorted((m.member_id, m.member_epoch, str(m.assignment)) for m in before.members)
+        )
+        assert [set(m.assigned) for m in members] == owned
+    finally:
+        for m in members:
+            m.consumer.close()
+        broker.stop()
