@@ -305,3 +305,30 @@ def test_a_regex_that_backtracks_for_ever_is_refused_not_run() -> None:
     c.topics.create("a" * 200 + "b", 1)
     r = c.heartbeat("m1", 0, subscribed_topic_regex="(a|aa)+")
     assert r.error == E.invalid_regular_expression, r
+
+
+def test_offset_fetch_of_a_member_is_fenced_by_its_epoch() -> None:
+    import pytest
+
+    from onceflow.groups.errors import MemberFencedError
+
+    c = Consumers()
+    c.topics.create("t", 1)
+    c.join("m1")
+
+    def fetch(member_id, epoch):
+        steps = c.coord.fetch_offsets_in_steps("g", [("t", 0)], False, member_id, epoch)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    assert fetch("m1", 1)[("t", 0)].offset == -1
+    assert fetch(None, -1)[("t", 0)].offset == -1  # admin clients name no member
+    with pytest.raises(MemberFencedError) as stale:
+        fetch("m1", 0)
+    assert stale.value.error_code == E.stale_member_epoch
+    with pytest.raises(MemberFencedError) as unknown:
+        fetch("zz", 1)
+    assert unknown.value.error_code == E.unknown_member_id

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.coordinator_result import CoordinatorResult, Record
 from onceflow.groups.context import GroupContext
-from onceflow.groups.errors import CoordinatorLoadInProgressError
+from onceflow.groups.errors import CoordinatorLoadInProgressError, MemberFencedError
 from onceflow.groups.group import ClassicGroup, GroupState
 from onceflow.groups.membership import Membership
 from onceflow.groups.offsets import (
@@ -243,12 +243,29 @@ class OffsetManager:
         group_id: str,
         partitions: Iterable[TopicPartition] | None,
         require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> Generator[None, None, dict[TopicPartition, OffsetFetchEntry]]:
         """:meth:`fetch_offsets`, one step per partition, so that a caller may do other work
         between steps (a request naming 200,000 partitions): the answer is the group's offsets
-        as they were at the first step, one snapshot, as Kafka reads them."""
+        as they were at the first step, one snapshot, as Kafka reads them.
+
+        v9+ name the member: a KIP-848 member must be at its member epoch (Kafka's
+        ConsumerGroup.validateOffsetFetch), else MemberFencedError."""
         if self._ctx.loading:
             raise CoordinatorLoadInProgressError(f"offsets of {group_id!r} are loading")
+        consumer = None if self._consumer_groups is None else self._consumer_groups.group(group_id)
+        if consumer is not None and (member_id is not None or member_epoch >= 0):
+            member = consumer.members.get(member_id or "")
+            if member is None:
+                raise MemberFencedError(
+                    ErrorCode.unknown_member_id, f"{member_id} is not a member of {group_id}"
+                )
+            if member.member_epoch != member_epoch:
+                raise MemberFencedError(
+                    ErrorCode.stale_member_epoch,
+                    f"epoch {member_epoch} of {member_id} is not its epoch {member.member_epoch}",
+                )
         group = self._membership.group(group_id)
         known = group is not None or self._is_consumer_group(group_id)
         committed = self._offsets.committed(group_id) if known else {}  # a copy
