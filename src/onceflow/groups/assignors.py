@@ -13,6 +13,7 @@ from the members' subscriptions and the topics' partition counts. Both are pure 
 
 from __future__ import annotations
 
+import heapq
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,22 +47,6 @@ def _freeze(owned: dict[str, dict[TopicId, set[int]]]) -> dict[str, MemberAssign
     }
 
 
-def _next_move(
-    members: Mapping[str, AssignmentMember],
-    owned: dict[str, dict[TopicId, set[int]]],
-    count: dict[str, int],
-    subscribers: dict[TopicId, list[str]],
-) -> tuple[str, TopicId, str] | None:
-    for donor in sorted(members, key=lambda m: (-count[m], m)):
-        for topic_id in sorted(owned[donor], key=str):
-            if not owned[donor][topic_id]:
-                continue
-            receiver = min(subscribers[topic_id], key=lambda m: (count[m], m))
-            if count[receiver] < count[donor] - 1:
-                return donor, topic_id, receiver
-    return None
-
-
 class UniformAssignor(Assignor):
     name = "uniform"
 
@@ -87,24 +72,40 @@ class UniformAssignor(Assignor):
         }
         # 2. The partitions nobody holds go to the subscriber with the fewest.
         for topic_id in sorted(partitions, key=str):
-            if not subscribers[topic_id]:
+            subs = subscribers[topic_id]
+            if not subs:
                 continue
+            heap = [(count[m], m) for m in subs]
+            heapq.heapify(heap)
             for p in range(partitions[topic_id]):
                 if (topic_id, p) in taken:
                     continue
-                target = min(subscribers[topic_id], key=lambda m: (count[m], m))
+                n, target = heapq.heappop(heap)
                 owned[target].setdefault(topic_id, set()).add(p)
-                count[target] += 1
-        # 3. Balance: one partition at a time from the fullest member to the emptiest member
-        # subscribed to its topic, while they differ by more than one (so each member gives
-        # up only what exceeds its share).
-        while (move := _next_move(members, owned, count, subscribers)) is not None:
-            donor, topic_id, receiver = move
-            p = max(owned[donor][topic_id])
-            owned[donor][topic_id].discard(p)
-            owned[receiver].setdefault(topic_id, set()).add(p)
-            count[donor] -= 1
-            count[receiver] += 1
+                count[target] = n + 1
+                heapq.heappush(heap, (n + 1, target))
+        # 3. Balance: per topic, one partition at a time from its fullest owner to its
+        # emptiest subscriber while they differ by more than one, so each member gives up
+        # only what exceeds its share. Each move lowers the sum of squared counts: it ends.
+        moved = True
+        while moved:
+            moved = False
+            for topic_id in sorted(partitions, key=str):
+                subs = subscribers[topic_id]
+                while subs:
+                    receiver = min(subs, key=lambda m: (count[m], m))
+                    owners = [m for m in subs if owned[m].get(topic_id)]
+                    if not owners:
+                        break
+                    donor = max(owners, key=lambda m: (count[m], m))
+                    if count[receiver] >= count[donor] - 1:
+                        break
+                    p = max(owned[donor][topic_id])
+                    owned[donor][topic_id].discard(p)
+                    owned[receiver].setdefault(topic_id, set()).add(p)
+                    count[donor] -= 1
+                    count[receiver] += 1
+                    moved = True
         return _freeze(owned)
 
 
