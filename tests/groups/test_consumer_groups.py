@@ -332,3 +332,15 @@ def test_offset_fetch_of_a_member_is_fenced_by_its_epoch() -> None:
     with pytest.raises(MemberFencedError) as unknown:
         fetch("zz", 1)
     assert unknown.value.error_code == E.unknown_member_id
+
+
+def test_names_too_long_for_the_records_are_refused_and_change_nothing() -> None:
+    """The request's compact strings allow more than the records' keys' int16 strings (the
+    member id, the regular expression); the values' compact strings hold any length."""
+    c = Consumers()
+    c.topics.create("t", 1)
+    long = "x" * 40_000
+    assert c.join(long).error == E.unknown_server_error
+    assert c.heartbeat("m", 0, subscribed_topic_regex=long).error == E.unknown_server_error
+    assert c.describe().error == E.group_id_not_found and c.log == []
+    assert c.join("m", instance_id=long).error == E.none

@@ -120,6 +120,12 @@ class ConsumerGroups:
                 self._apply(records)
             else:
                 result = self._heartbeat(request, records, topics)  # applies its records
+        except cr.ConsumerGroupRecordError as e:
+            # A name too long for the records' int16 strings (the request's compact strings
+            # allow more): nothing was applied. Kafka's runtime answers a failed write so.
+            return CoordinatorResult(
+                [], HeartbeatResult(ErrorCode.unknown_server_error, f"cannot write: {e}")
+            )
         except HeartbeatError as e:
             log.info(
                 "[GroupId %s] heartbeat of member %s at epoch %d: %s (%s)",
