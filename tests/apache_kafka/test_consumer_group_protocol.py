@@ -1,7 +1,8 @@
 """The Java consumer 4.x with group.protocol=consumer (KIP-848) on onceflow: Kafka's
 kafka-verifiable-consumer, two of them in one group; the second joining takes half the
 partitions from the first without the first giving up any partition it keeps, both commit,
-and when the second leaves the first takes everything back."""
+and when the second leaves the first takes everything back. And two transactional Java
+copiers (Kip848Copier.java) in such a group: every input copied exactly once."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.apache_kafka.kafka_tools import VERIFIABLE_CONSUMER, write_log4j2
 from tests.confluent import create_topic, produce
+from tests.eos.checker import read_back
 from tests.waiting import wait_for
 
 PARTITIONS = 4
@@ -134,3 +136,71 @@ def test_java_consumers_share_and_hand_back_partitions(
     finally:
         for consumer in consumers:
             consumer.stop()
+
+
+JAVA = Path(__file__).parent / "java"
+
+
+class JavaCopier:
+    """Kip848Copier.java (source-file mode) as a child process, its lines collected."""
+
+    def __init__(self, distribution: Distribution, *args: str) -> None:
+        command = distribution.command(str(JAVA / "Kip848Copier.java"), *args)
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip())
+
+    def assigned(self) -> set[int]:
+        return {int(line.split()[1]) for line in list(self.lines) if line.startswith("assigned ")}
+
+    def copied(self) -> int:
+        counts = [int(line.split()[1]) for line in list(self.lines) if line.startswith("copied ")]
+        return counts[-1] if counts else 0
+
+    def wait(self) -> int:
+        try:
+            return self.process.wait(TIMEOUT_S)
+        finally:
+            self._reader.join(10)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def test_java_transactional_copiers_in_a_consumer_protocol_group(
+    apache_kafka: Distribution, kip848_broker: EmbeddedBroker
+) -> None:
+    """Two Java copiers (sendOffsetsToTransaction with the consumer's group metadata), the
+    second joining while the first copies: the output holds every input exactly once."""
+    bootstrap = kip848_broker.bootstrap
+    tag = uuid.uuid4().hex[:8]
+    source, sink, group = f"jin-{tag}", f"jout-{tag}", f"jcopy-{tag}"
+    create_topic(bootstrap, source, 4)
+    create_topic(bootstrap, sink, 1)
+    total = 400
+    produce(bootstrap, source, [str(i).encode() for i in range(total)])
+    copiers: list[JavaCopier] = []
+    try:
+        args = (bootstrap, group, source, sink)
+        copiers.append(JavaCopier(apache_kafka, *args, f"jcopier-{tag}-0", "8000"))
+        wait_for(lambda: copiers[0].copied() > 0, TIMEOUT_S, lambda: copiers[0].lines[-5:])
+        produce(bootstrap, source, [str(i).encode() for i in range(total, 2 * total)])
+        copiers.append(JavaCopier(apache_kafka, *args, f"jcopier-{tag}-1", "8000"))
+        for copier in copiers:
+            assert copier.wait() == 0, copier.lines[-20:]
+        assert copiers[1].assigned(), copiers[1].lines[-20:]  # it took part
+    finally:
+        for copier in copiers:
+            copier.kill()
+    [read] = read_back(bootstrap, [(sink, 0)]).values()
+    assert sorted(int(v) for v in read.committed) == list(range(2 * total))
