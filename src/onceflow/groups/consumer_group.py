@@ -33,10 +33,6 @@ class MemberState(enum.IntEnum):
     STABLE = 2
     UNKNOWN = 127
 
-    @property
-    def label(self) -> str:
-        return self.name
-
 
 class ConsumerGroupState(enum.Enum):
     EMPTY = "Empty"
@@ -121,17 +117,6 @@ class ConsumerGroup:
     def static_member(self, instance_id: str) -> ConsumerGroupMember | None:
         member_id = self.static_members.get(instance_id)
         return None if member_id is None else self.members.get(member_id)
-
-    def subscribed_topic_names(self) -> set[str]:
-        names: set[str] = set()
-        for member in self.members.values():
-            names.update(member.subscribed_topic_names)
-            if member.subscribed_topic_regex is not None:
-                names.update(self.resolved_regexes.get(member.subscribed_topic_regex, ()))
-        return names
-
-    def is_subscribed_to_topic(self, topic: str) -> bool:
-        return topic in self.subscribed_topic_names()
 
     # -- replay ---------------------------------------------------------------------------
 

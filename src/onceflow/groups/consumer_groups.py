@@ -48,7 +48,7 @@ from onceflow.groups.consumer_messages import (
 from onceflow.groups.context import GroupContext
 from onceflow.groups.group import GroupState
 from onceflow.groups.membership import Membership
-from onceflow.groups.offsets_record import encode_group_metadata_key
+from onceflow.groups.offsets_record import GroupMetadataKey, decode_key, encode_group_metadata_key
 from onceflow.groups.reconciliation import FencedMemberEpochError, reconcile
 
 log = logging.getLogger(__name__)
@@ -860,8 +860,6 @@ def _described(assignment: Assignment, topics: TopicsImage) -> tuple[DescribedPa
 
 
 def _classic_group_id(key: bytes) -> str:
-    from onceflow.groups.offsets_record import GroupMetadataKey, decode_key
-
     decoded = decode_key(key)
     return decoded.group if isinstance(decoded, GroupMetadataKey) else ""
 
