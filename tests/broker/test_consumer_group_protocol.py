@@ -254,3 +254,33 @@ def test_a_broker_killed_and_restarted_keeps_the_group(tmp_path: Path) -> None:
         for m in members:
             m.consumer.close()
         broker.stop()
+
+
+def test_a_regex_subscription_is_resolved_by_the_broker(kip848_broker: EmbeddedBroker) -> None:
+    """librdkafka sends `^...` subscriptions as the heartbeat's SubscribedTopicRegex."""
+    bootstrap = kip848_broker.bootstrap
+    tag = uuid.uuid4().hex[:8]
+    create_topic(bootstrap, f"rx{tag}-1", 2)
+    create_topic(bootstrap, f"rx{tag}-2", 1)
+    create_topic(bootstrap, f"other{tag}", 1)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{tag}",
+            "group.protocol": "consumer",
+            **QUIET,
+        }
+    )
+    try:
+        consumer.subscribe([f"^rx{tag}-.*"])
+        wanted = {(f"rx{tag}-1", 0), (f"rx{tag}-1", 1), (f"rx{tag}-2", 0)}
+
+        def assigned() -> set[tuple[str, int]]:
+            return {(tp.topic, tp.partition) for tp in consumer.assignment()}
+
+        wait_for(lambda: assigned() == wanted, 60, assigned, poll=lambda: consumer.poll(0.1))
+        info = describe_consumer_group(bootstrap, f"g-{tag}")
+        assert info is not None
+        assert [m.member_epoch for m in info.members] == [info.group_epoch]
+    finally:
+        consumer.close()

@@ -12,7 +12,7 @@ def test_verify_copiers_in_a_consumer_protocol_group(tmp_path: Path) -> None:
     kinds = ("kill", "crash-client")
     report, _ = run_verify(
         tmp_path,
-        *("--duration", "30s", "--faults", ",".join(kinds), "--seed", "5"),
+        *("--duration", "20s", "--faults", ",".join(kinds), "--seed", "5"),
         *("--group-protocol", "consumer"),
         timeout=200,
     )
