@@ -344,3 +344,14 @@ def test_names_too_long_for_the_records_are_refused_and_change_nothing() -> None
     assert c.heartbeat("m", 0, subscribed_topic_regex=long).error == E.unknown_server_error
     assert c.describe().error == E.group_id_not_found and c.log == []
     assert c.join("m", instance_id=long).error == E.none
+
+
+def test_a_member_rejoining_with_epoch_0_gets_its_partitions_back_at_once() -> None:
+    """A client fenced (or restarted with its member id) rejoins with epoch 0 and nothing
+    owned: the partitions it held are its own target, free for it, not 'unreleased'."""
+    c = Consumers()
+    t = c.topics.create("t", 2)
+    assert parts(c.join("m1"), t) == {0, 1}
+    again = c.join("m1")
+    assert again.error == E.none and parts(again, t) == {0, 1}
+    assert c.describe().state == "Stable"

@@ -292,11 +292,21 @@ class ConsumerGroups:
                 target = group.target_assignment.get(replaced, {})
                 records.append(_target_member_record(group.group_id, member_id, target))
 
-        # 3. The member's reconciliation towards its target.
+        # 3. The member's reconciliation towards its target. What it held before rejoining
+        # with epoch 0 it has given up: those partitions are free for it.
+        held = group.members.get(member_id)
+        given_up = held if held is not None and held is not member else None
+
+        def partition_epoch(topic_id: uuid.UUID, partition: int) -> int:
+            if given_up is not None and (
+                partition in given_up.assigned.get(topic_id, ())
+                or partition in given_up.pending_revocation.get(topic_id, ())
+            ):
+                return -1
+            return group.current_partition_epoch(topic_id, partition)
+
         try:
-            reconciled = reconcile(
-                updated, target_epoch, target, group.current_partition_epoch, req.owned
-            )
+            reconciled = reconcile(updated, target_epoch, target, partition_epoch, req.owned)
         except FencedMemberEpochError as e:
             raise HeartbeatError(ErrorCode.fenced_member_epoch, str(e)) from None
         if reconciled != member or is_new or replaced is not None:
