@@ -58,7 +58,7 @@ class HeartbeatResult:
     error: ErrorCode
     error_message: str | None = None
     member_id: str | None = None
-    member_epoch: int = -1
+    member_epoch: int = 0  # as Kafka answers an error
     heartbeat_interval_ms: int = 0
     # None: unchanged, not sent
     assignment: Assignment | None = None
