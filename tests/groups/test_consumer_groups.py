@@ -355,3 +355,29 @@ def test_a_member_rejoining_with_epoch_0_gets_its_partitions_back_at_once() -> N
     again = c.join("m1")
     assert again.error == E.none and parts(again, t) == {0, 1}
     assert c.describe().state == "Stable"
+
+
+def test_offsets_of_a_consumer_group_expire_as_kafkas_do() -> None:
+    """Retention counts from each commit; a subscribed topic's offsets stay; an empty group
+    whose offsets all expired goes too."""
+    c = Consumers()
+    c.topics.create("t", 1)
+    c.topics.create("u", 1)
+    c.join("m1")
+    for topic in ("t", "u"):
+        commit = c.coord.commit_offsets(
+            "g", 1, "m1", None, {(topic, 0): OffsetAndMetadata(offset=1)}, api_version=9
+        )
+        c.write(commit.records)
+    retention = c.env.config.offsets_retention_ms
+    c.env.advance(retention)
+    expired = c.coord.cleanup_expired_offsets()
+    assert expired.response == 1  # u's: nobody subscribes to it; t's stays
+    c.write(expired.records)
+    assert c.coord.fetch_offsets("g", [("u", 0)])[("u", 0)].offset == -1
+    assert c.coord.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 1
+    c.heartbeat("m1", -1)
+    gone = c.coord.cleanup_expired_offsets()
+    assert gone.response == 1
+    c.write(gone.records)
+    assert c.describe().error == E.group_id_not_found

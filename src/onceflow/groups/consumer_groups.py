@@ -610,6 +610,16 @@ class ConsumerGroups:
 
     # -- offsets --------------------------------------------------------------------------
 
+    @staticmethod
+    def subscribed_topics(group: ConsumerGroup) -> set[str]:
+        """The topics the group's members subscribe to (by name, or by regex as resolved)."""
+        names: set[str] = set()
+        for member in group.members.values():
+            names.update(member.subscribed_topic_names)
+            if member.subscribed_topic_regex:
+                names.update(group.resolved_regexes.get(member.subscribed_topic_regex, ()))
+        return names
+
     def validate_offset_commit(
         self,
         group: ConsumerGroup,

@@ -204,6 +204,14 @@ class GroupCoordinator:
             expired_count += len(records) - before
             if all_expired and group.is_in(GroupState.EMPTY):
                 records.append(self._membership.group_tombstone(group.group_id))
+        for consumer in self._consumer_groups.groups():
+            before = len(records)
+            all_expired = self._offset_manager.cleanup_expired_consumer_group_offsets(
+                consumer.group_id, self._consumer_groups.subscribed_topics(consumer), records
+            )
+            expired_count += len(records) - before
+            if all_expired and consumer.is_empty():
+                records.extend(self._consumer_groups.group_tombstones(consumer))
         return CoordinatorResult(records, expired_count)
 
     # -- replay ---------------------------------------------------------------------------

@@ -340,6 +340,29 @@ class OffsetManager:
                 all_expired = False
         return all_expired and not self._offsets.has_open_transactions(group_id)
 
+    def cleanup_expired_consumer_group_offsets(
+        self, group_id: str, subscribed: set[str], records: list[Record]
+    ) -> bool:
+        """As :meth:`cleanup_expired_offsets` for a KIP-848 group (Kafka's ConsumerGroup
+        expiration condition): retention counts from each commit, and the offsets of topics a
+        member subscribes to do not expire."""
+        now = self._ctx.clock()
+        retention = self._ctx.config.offsets_retention_ms
+        all_expired = True
+        for tp, value in sorted(self._offsets.committed(group_id).items()):
+            if tp[0] in subscribed:
+                all_expired = False
+                continue
+            if value.expire_timestamp_ms is not None:
+                expired = now >= value.expire_timestamp_ms
+            else:
+                expired = now - value.commit_timestamp_ms >= retention
+            if expired and not self._offsets.has_pending(group_id, tp):
+                records.append(self._tombstone(group_id, tp))
+            else:
+                all_expired = False
+        return all_expired and not self._offsets.has_open_transactions(group_id)
+
     @staticmethod
     def _expiration_base(group: ClassicGroup) -> Callable[[OffsetAndMetadata], int] | None:
         """From when an offset's retention counts, per Kafka's rules; None: never expires."""
