@@ -56,6 +56,9 @@ ADVERTISED_BEFORE = {
     61: (0, 0),
     65: (0, 0),
     66: (0, 1),
+    # KIP-848 consumer groups
+    68: (0, 1),
+    69: (0, 1),
 }
 
 HANDLER_MODULES = sorted(

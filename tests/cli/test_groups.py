@@ -204,3 +204,42 @@ def test_reset_offsets_bad_arguments(run: Run, bootstrap: str, topic: str, group
     )
     assert missing.exit_code == 1
     assert missing.assert_one_error_line() == f"Error: Topic '{topic}' does not exist."
+
+
+def test_describe_shows_the_consumer_protocol_epochs_and_assignments(
+    run: Run, bootstrap: str, five_records: str, group: str, cli_broker: CliBroker
+) -> None:
+    if cli_broker.kind != "onceflow":
+        pytest.skip("KIP-848 consumer groups: onceflow's broker")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "client.id": "cli-848-member",
+        }
+    )
+    try:
+        consumer.subscribe([five_records])
+
+        def joined() -> bool:
+            consumer.poll(0.1)
+            return bool(consumer.assignment())
+
+        wait_for(joined, 30, "the consumer to join its group")
+        described = run("groups", "describe", group, "-b", bootstrap)
+        assert described.exit_code == 0, described.stderr
+        assert (
+            f"Group '{group}': protocol consumer, state Stable, group epoch 1, "
+            "assignment epoch 1, assignor uniform." in described.lines
+        ), described.stdout
+        # The members table (the offsets table's rows start with the group id).
+        [member] = [
+            row for row in described.table_rows() if "cli-848-member" in row and row[0] != group
+        ]
+        assert member[1] == "1"  # its member epoch
+        assert member[-2:] == [f"{five_records}:0", f"{five_records}:0"]  # current, target
+    finally:
+        consumer.close()
+    classic = run("groups", "describe", group, "-b", bootstrap)
+    assert f"Group '{group}': protocol consumer, state Empty" in classic.stdout

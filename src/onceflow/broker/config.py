@@ -70,6 +70,11 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = _kafka("group.initial.rebalance.delay.ms", 3000)
     group_min_session_timeout_ms: int = _kafka("group.min.session.timeout.ms", 6000)
     group_max_session_timeout_ms: int = _kafka("group.max.session.timeout.ms", 1_800_000)
+    group_consumer_session_timeout_ms: int = _kafka("group.consumer.session.timeout.ms", 45_000)
+    group_consumer_heartbeat_interval_ms: int = _kafka(
+        "group.consumer.heartbeat.interval.ms", 5_000
+    )
+    group_consumer_max_size: int = _kafka("group.consumer.max.size", 2_147_483_647)
     offsets_retention_minutes: int = _kafka("offsets.retention.minutes", 7 * 24 * 60)
     # The internal logs' segment.bytes (they are compacted: only rolled segments are cleaned).
     # A start replays the offsets log's active segment at about 50,000 records/s, so onceflow's

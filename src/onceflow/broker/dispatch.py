@@ -23,6 +23,7 @@ from onceflow.broker.handlers import (
     api_versions,
     client_quotas,
     configs,
+    consumer_groups,
     coordinator_lookup,
     delete_records,
     fetch,
@@ -113,6 +114,20 @@ API_HANDLERS: tuple[ApiHandler[Any], ...] = (
     ApiHandler(ApiKey.DESCRIBE_ACLS, 1, 3, acls.handle_describe_acls, "security"),
     ApiHandler(ApiKey.CREATE_ACLS, 1, 3, acls.handle_create_acls, "security"),
     ApiHandler(ApiKey.DELETE_ACLS, 1, 3, acls.handle_delete_acls, "security"),
+    ApiHandler(
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        0,
+        1,
+        consumer_groups.handle_consumer_group_heartbeat,
+        "groups",
+    ),
+    ApiHandler(
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        0,
+        1,
+        consumer_groups.handle_consumer_group_describe,
+        "groups",
+    ),
 )
 
 

@@ -239,6 +239,14 @@ class Broker:
             self._every("group-timer", self._group_timer_delay, self._group_timer_tick),
         )
         self._spawn(
+            "consumer-group-timer",
+            self._every(
+                "consumer-group-timer",
+                self._consumer_group_timer_delay,
+                self._consumer_group_timer_tick,
+            ),
+        )
+        self._spawn(
             "transaction-timeout",
             self._every(
                 "transaction-timeout",
@@ -460,6 +468,17 @@ class Broker:
 
     async def _group_timer_tick(self) -> None:
         self.groups.tick()
+
+    def _consumer_group_timer_delay(self) -> float:
+        deadline = self.groups.consumer_group_next_deadline()
+        delay = 0.1 if deadline is None else (deadline - self.clock()) / 1000
+        return min(max(delay, 0.005), 0.1)
+
+    async def _consumer_group_timer_tick(self) -> None:
+        """KIP-848 members whose session or revocation timed out are fenced (records)."""
+        fenced = self.groups.consumer_group_tick(self.topics)
+        if fenced.records:
+            await self.write_offsets_records(fenced.records, None)
 
     # -- group offsets ----------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import ConsumerGroupDescription, OffsetSpec
 
 from onceflow.cli.clients import REQUEST_TIMEOUT_S, AdminSession, connect_admin, result_of
+from onceflow.cli.consumer_group_admin import ConsumerGroupInfo, describe_consumer_group
 from onceflow.cli.errors import CliError, UsageError, kafka_error_text
 from onceflow.cli.options import cluster_command, command_group
 from onceflow.cli.output import note, result_table, stdout_console
@@ -85,6 +86,9 @@ def describe_group(
     if _state(description) == ConsumerGroupState.DEAD:
         raise CliError(f"Consumer group '{group}' does not exist.")
     committed = committed_offsets(session, group)
+    # KIP-848 groups: their epochs and each member's current and target assignment, which
+    # ConsumerGroupDescribe gives (confluent-kafka's admin client leaves the epochs out).
+    consumer_group = describe_consumer_group(bootstrap, group)
 
     rows: dict[tuple[str, int], OffsetRow] = {
         key: OffsetRow(key[0], key[1], offset, None) for key, offset in committed.items()
@@ -127,7 +131,40 @@ def describe_group(
             row.host,
             row.client,
         )
+    if consumer_group is None:
+        print(f"Group '{group}': protocol classic, state {_state_name(_state(description))}.")
+        stdout_console().print(table)
+        return
+    print(
+        f"Group '{group}': protocol consumer, state {consumer_group.state}, "
+        f"group epoch {consumer_group.group_epoch}, "
+        f"assignment epoch {consumer_group.assignment_epoch}, "
+        f"assignor {consumer_group.assignor}."
+    )
     stdout_console().print(table)
+    _print_consumer_members(consumer_group)
+
+
+def _print_consumer_members(info: ConsumerGroupInfo) -> None:
+    table = result_table(
+        "CONSUMER-ID", "MEMBER-EPOCH", "INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT", "TARGET"
+    )
+    for m in info.members:
+        table.add_row(
+            m.member_id,
+            str(m.member_epoch),
+            m.instance_id or "-",
+            m.client_id,
+            m.client_host,
+            _partitions_text(m.assignment),
+            _partitions_text(m.target_assignment),
+        )
+    stdout_console().print(table)
+
+
+def _partitions_text(assignment: dict[str, list[int]]) -> str:
+    """topic:0,1 other:2 (Kafka's tool prints topic:partitions too)."""
+    return " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in sorted(assignment.items())) or "-"
 
 
 @groups_app.command("reset-offsets")

@@ -176,6 +176,13 @@ def verify_command(
             "about 0.2 to 1.5 times it, so that some trip it.",
         ),
     ] = 10_000,
+    group_protocol: Annotated[
+        str,
+        typer.Option(
+            "--group-protocol",
+            help="The copiers' group.protocol: classic, or consumer (KIP-848).",
+        ),
+    ] = "classic",
 ) -> None:
     """Prove exactly-once under faults: transactional producers, consume-transform-produce
     copiers and read_committed / read_uncommitted consumers run while faults are injected;
@@ -205,6 +212,8 @@ def verify_command(
         )
     if apache_kafka is None and (override or nodes != 3):
         raise UsageError("--nodes and --override need --apache-kafka.")
+    if group_protocol not in ("classic", "consumer"):
+        raise UsageError(f"--group-protocol must be classic or consumer, not {group_protocol!r}.")
     settings = parse_settings(override or [])
     try:
         kinds = parse_faults(faults, mirror, apache_kafka is not None)
@@ -224,6 +233,7 @@ def verify_command(
         producers=producers,
         copiers=copiers,
         transaction_timeout_ms=transaction_timeout_ms,
+        group_protocol=group_protocol,
         workload=workload,
         mirror=mirror,
     )

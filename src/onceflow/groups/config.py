@@ -25,6 +25,10 @@ class GroupCoordinatorConfig:
     # Not a Kafka property (a constant there): how long a new member may wait in a JoinGroup
     # before the coordinator gives up on it; it cannot heartbeat before it knows its member id.
     new_member_join_timeout_ms: int = 300_000
+    # KIP-848 consumer groups (group.protocol=consumer).
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_max_size: int = _INT32_MAX
     offset_metadata_max_bytes: int = 4_096
     offsets_retention_ms: int = 7 * 24 * 60 * 60 * 1000
     offsets_retention_check_interval_ms: int = 600_000

@@ -20,6 +20,15 @@ from kio.schema.errors import ErrorCode
 from onceflow.clock import Clock
 from onceflow.coordinator_result import CoordinatorResult, Record
 from onceflow.groups.config import GroupCoordinatorConfig
+from onceflow.groups.consumer_groups import ConsumerGroups
+from onceflow.groups.consumer_messages import (
+    ConsumerGroupDescription,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicsImage,
+)
+from onceflow.groups.consumer_records import RECORD_TYPES as CONSUMER_GROUP_RECORD_TYPES
+from onceflow.groups.consumer_records import record_type
 from onceflow.groups.context import GroupContext
 from onceflow.groups.errors import CoordinatorLoadInProgressError
 from onceflow.groups.group import GroupState
@@ -28,6 +37,7 @@ from onceflow.groups.membership import Membership, WriteRecords, written_at_once
 
 # Re-exported: the broker's handlers and the tests import these from here.
 from onceflow.groups.messages import (
+    GROUP_TYPE_CONSUMER,
     GroupDescription,
     GroupListing,
     JoinGroupRequest,
@@ -60,12 +70,15 @@ class GroupCoordinator:
             member_id_suffix=member_id_suffix or (lambda: str(uuid.uuid4())),
             write_records=write_records,
         )
-        self._offset_manager = OffsetManager(self._ctx, self._membership)
+        # KIP-848 consumer groups; a group id is either a classic group or a consumer group.
+        self._consumer_groups = ConsumerGroups(self._ctx, self._membership)
+        self._offset_manager = OffsetManager(
+            self._ctx, self._membership, consumer_groups=self._consumer_groups
+        )
         # The APIs one manager answers alone are that manager's methods (see their docstrings).
         membership, offsets = self._membership, self._offset_manager
         self.group = membership.group
         self.group_ids = membership.group_ids
-        self.join_group = membership.join_group
         self.sync_group = membership.sync_group
         self.heartbeat = membership.heartbeat
         self.leave_group = membership.leave_group
@@ -77,6 +90,38 @@ class GroupCoordinator:
         self.fetch_offsets_in_steps = offsets.fetch_offsets_in_steps
         self.delete_offsets = offsets.delete_offsets
         self.complete_transaction = offsets.complete_transaction
+
+    def join_group(self, request: JoinGroupRequest, respond: Callable[[JoinResult], None]) -> None:
+        """JoinGroup. An empty consumer group becomes a classic group (Kafka's online downgrade);
+        classic members cannot join a consumer group that has members here (Kafka's mixed
+        groups are not implemented): INCONSISTENT_GROUP_PROTOCOL."""
+        if not self._consumer_groups.convert_empty_to_classic(request.group_id):
+            respond(JoinResult(ErrorCode.inconsistent_group_protocol, member_id=request.member_id))
+            return
+        self._membership.join_group(request, respond)
+
+    # -- KIP-848 consumer groups ------------------------------------------------------------
+
+    def consumer_group_heartbeat(
+        self, request: HeartbeatRequest, topics: TopicsImage
+    ) -> CoordinatorResult[HeartbeatResult]:
+        return self._consumer_groups.heartbeat(request, topics)
+
+    def consumer_group_describe(
+        self, group_ids: Iterable[str], topics: TopicsImage
+    ) -> list[ConsumerGroupDescription]:
+        return self._consumer_groups.describe(group_ids, topics)
+
+    def consumer_group_next_deadline(self) -> int | None:
+        return self._consumer_groups.next_deadline()
+
+    def consumer_group_tick(self, topics: TopicsImage) -> CoordinatorResult[int]:
+        """Fence consumer group members whose session or revocation timed out."""
+        return self._consumer_groups.tick(topics)
+
+    @property
+    def consumer_groups(self) -> ConsumerGroups:
+        return self._consumer_groups
 
     @property
     def config(self) -> GroupCoordinatorConfig:
@@ -108,7 +153,17 @@ class GroupCoordinator:
     ) -> list[GroupListing]:
         """Groups by state names and group types. While :attr:`loading`, Kafka answers with the
         groups loaded so far and COORDINATOR_LOAD_IN_PROGRESS; the broker adds that error."""
-        return list_groups(self._membership.groups(), states, types)
+        listings = list_groups(self._membership.groups(), states, types)
+        state_filter = {s.lower() for s in states or ()}
+        type_filter = {t.lower() for t in types or ()}
+        if not type_filter or GROUP_TYPE_CONSUMER in type_filter:
+            for group in self._consumer_groups.groups():
+                state = group.state.value
+                if not state_filter or state.lower() in state_filter:
+                    listings.append(
+                        GroupListing(group.group_id, "consumer", state, GROUP_TYPE_CONSUMER)
+                    )
+        return listings
 
     def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
         if self._ctx.loading:
@@ -121,6 +176,15 @@ class GroupCoordinator:
         records: list[Record] = []
         errors: dict[str, ErrorCode] = {}
         for group_id in dict.fromkeys(group_ids):
+            consumer = self._consumer_groups.group(group_id)
+            if consumer is not None and not self._ctx.loading:
+                if consumer.is_empty():
+                    records.extend(self._offset_manager.delete_all_offsets(group_id))
+                    records.extend(self._consumer_groups.group_tombstones(consumer))
+                    errors[group_id] = ErrorCode.none
+                else:
+                    errors[group_id] = ErrorCode.non_empty_group
+                continue
             error = (
                 ErrorCode.coordinator_load_in_progress
                 if self._ctx.loading
@@ -146,6 +210,14 @@ class GroupCoordinator:
             expired_count += len(records) - before
             if all_expired and group.is_in(GroupState.EMPTY):
                 records.append(self._membership.group_tombstone(group.group_id))
+        for consumer in self._consumer_groups.groups():
+            before = len(records)
+            all_expired = self._offset_manager.cleanup_expired_consumer_group_offsets(
+                consumer.group_id, self._consumer_groups.subscribed_topics(consumer), records
+            )
+            expired_count += len(records) - before
+            if all_expired and consumer.is_empty():
+                records.extend(self._consumer_groups.group_tombstones(consumer))
         return CoordinatorResult(records, expired_count)
 
     # -- replay ---------------------------------------------------------------------------
@@ -163,6 +235,9 @@ class GroupCoordinator:
         Raises OffsetsRecordError for a record that cannot be decoded.
         """
         del producer_epoch  # the marker identifies the transaction by producer id alone
+        if record_type(key) in CONSUMER_GROUP_RECORD_TYPES:
+            self._consumer_groups.replay(key, value)
+            return
         decoded = decode_key(key)
         if isinstance(decoded, OffsetCommitKey):
             self._offset_manager.replay_commit(decoded, value, producer_id, transactional)

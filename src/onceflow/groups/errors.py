@@ -17,5 +17,14 @@ class CoordinatorLoadInProgressError(GroupCoordinatorError):
     error_code = ErrorCode.coordinator_load_in_progress
 
 
+class MemberFencedError(GroupCoordinatorError):
+    """OffsetFetch v9+ from a KIP-848 member that is not in the group (UNKNOWN_MEMBER_ID) or
+    not at its member epoch (STALE_MEMBER_EPOCH)."""
+
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
 class CoordinatorStateError(RuntimeError):
     """The coordinator reached a state its own rules exclude: a bug, never a client error."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 GROUP_TYPE_CLASSIC = "classic"
+GROUP_TYPE_CONSUMER = "consumer"
 
 
 @dataclass(frozen=True)

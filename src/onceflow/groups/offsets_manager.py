@@ -11,12 +11,13 @@ from the start) rebuilds the same offsets.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from onceflow.coordinator_result import CoordinatorResult, Record
 from onceflow.groups.context import GroupContext
-from onceflow.groups.errors import CoordinatorLoadInProgressError
+from onceflow.groups.errors import CoordinatorLoadInProgressError, MemberFencedError
 from onceflow.groups.group import ClassicGroup, GroupState
 from onceflow.groups.membership import Membership
 from onceflow.groups.offsets import (
@@ -33,15 +34,54 @@ from onceflow.groups.offsets_record import (
 )
 from onceflow.records.saturating import saturated_add
 
+if TYPE_CHECKING:
+    from onceflow.groups.consumer_groups import ConsumerGroups
+
 
 class OffsetManager:
     """Committed and pending transactional offsets of every group (all of
     ``__consumer_offsets``); groups are looked up in, and created by, the membership."""
 
-    def __init__(self, context: GroupContext, membership: Membership) -> None:
+    def __init__(
+        self,
+        context: GroupContext,
+        membership: Membership,
+        *,
+        consumer_groups: ConsumerGroups | None = None,
+    ) -> None:
         self._ctx = context
         self._membership = membership
+        # KIP-848 groups: their commits are fenced by member epoch instead of generation.
+        self._consumer_groups = consumer_groups
         self._offsets = OffsetStore()
+
+    def _consumer_group_error(
+        self,
+        group_id: str,
+        member_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        *,
+        transactional: bool,
+        api_version: int | None,
+    ) -> ErrorCode | bool | None:
+        """False when ``group_id`` is not a consumer group, else the commit's error (or None)."""
+        group = None if self._consumer_groups is None else self._consumer_groups.group(group_id)
+        if group is None or self._consumer_groups is None:
+            return False
+        return self._consumer_groups.validate_offset_commit(
+            group,
+            member_id,
+            group_instance_id,
+            member_epoch,
+            transactional=transactional,
+            api_version=api_version,
+        )
+
+    def _is_consumer_group(self, group_id: str) -> bool:
+        return (
+            self._consumer_groups is not None and self._consumer_groups.group(group_id) is not None
+        )
 
     @property
     def offsets(self) -> OffsetStore:
@@ -65,8 +105,19 @@ class OffsetManager:
         unknown group with a generation."""
         if self._ctx.loading:
             return self._fail_all(offsets, ErrorCode.coordinator_load_in_progress)
-        group = self._membership.group(group_id)
-        if group is None:
+        consumer_error = self._consumer_group_error(
+            group_id,
+            generation_id,
+            member_id,
+            group_instance_id,
+            transactional=False,
+            api_version=api_version,
+        )
+        group = None if consumer_error is not False else self._membership.group(group_id)
+        if consumer_error is not False:
+            if consumer_error is not None:
+                return self._fail_all(offsets, consumer_error)
+        elif group is None:
             # No group: only a commit outside group management (admin tools, assign()) is
             # accepted; it creates a "simple" group when replayed.
             if generation_id >= 0:
@@ -112,6 +163,18 @@ class OffsetManager:
         del transactional_id, producer_id, producer_epoch  # identify the batch, not validated here
         if self._ctx.loading:
             return self._fail_all(offsets, ErrorCode.coordinator_load_in_progress)
+        consumer_error = self._consumer_group_error(
+            group_id,
+            generation_id,
+            member_id,
+            group_instance_id,
+            transactional=True,
+            api_version=None,
+        )
+        if consumer_error is not False:
+            if consumer_error is not None:
+                return self._fail_all(offsets, consumer_error)
+            return self._offset_records(group_id, offsets, self._ctx.clock(), None)
         group = self._membership.group(group_id)
         if group is None:
             if generation_id >= 0:
@@ -180,14 +243,32 @@ class OffsetManager:
         group_id: str,
         partitions: Iterable[TopicPartition] | None,
         require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> Generator[None, None, dict[TopicPartition, OffsetFetchEntry]]:
         """:meth:`fetch_offsets`, one step per partition, so that a caller may do other work
         between steps (a request naming 200,000 partitions): the answer is the group's offsets
-        as they were at the first step, one snapshot, as Kafka reads them."""
+        as they were at the first step, one snapshot, as Kafka reads them.
+
+        v9+ name the member: a KIP-848 member must be at its member epoch (Kafka's
+        ConsumerGroup.validateOffsetFetch), else MemberFencedError."""
         if self._ctx.loading:
             raise CoordinatorLoadInProgressError(f"offsets of {group_id!r} are loading")
+        consumer = None if self._consumer_groups is None else self._consumer_groups.group(group_id)
+        if consumer is not None and (member_id is not None or member_epoch >= 0):
+            member = consumer.members.get(member_id or "")
+            if member is None:
+                raise MemberFencedError(
+                    ErrorCode.unknown_member_id, f"{member_id} is not a member of {group_id}"
+                )
+            if member.member_epoch != member_epoch:
+                raise MemberFencedError(
+                    ErrorCode.stale_member_epoch,
+                    f"epoch {member_epoch} of {member_id} is not its epoch {member.member_epoch}",
+                )
         group = self._membership.group(group_id)
-        committed = {} if group is None else self._offsets.committed(group_id)  # a copy
+        known = group is not None or self._is_consumer_group(group_id)
+        committed = self._offsets.committed(group_id) if known else {}  # a copy
         pending = self._offsets.pending_partitions(group_id) if require_stable else set()
         wanted = sorted(committed) if partitions is None else list(partitions)
         out: dict[TopicPartition, OffsetFetchEntry] = {}
@@ -259,6 +340,29 @@ class OffsetManager:
                 all_expired = False
         return all_expired and not self._offsets.has_open_transactions(group_id)
 
+    def cleanup_expired_consumer_group_offsets(
+        self, group_id: str, subscribed: set[str], records: list[Record]
+    ) -> bool:
+        """As :meth:`cleanup_expired_offsets` for a KIP-848 group (Kafka's ConsumerGroup
+        expiration condition): retention counts from each commit, and the offsets of topics a
+        member subscribes to do not expire."""
+        now = self._ctx.clock()
+        retention = self._ctx.config.offsets_retention_ms
+        all_expired = True
+        for tp, value in sorted(self._offsets.committed(group_id).items()):
+            if tp[0] in subscribed:
+                all_expired = False
+                continue
+            if value.expire_timestamp_ms is not None:
+                expired = now >= value.expire_timestamp_ms
+            else:
+                expired = now - value.commit_timestamp_ms >= retention
+            if expired and not self._offsets.has_pending(group_id, tp):
+                records.append(self._tombstone(group_id, tp))
+            else:
+                all_expired = False
+        return all_expired and not self._offsets.has_open_transactions(group_id)
+
     @staticmethod
     def _expiration_base(group: ClassicGroup) -> Callable[[OffsetAndMetadata], int] | None:
         """From when an offset's retention counts, per Kafka's rules; None: never expires."""
@@ -299,7 +403,8 @@ class OffsetManager:
             self._offsets.replay_commit(key.group, tp, None)
             return
         offset = decode_offset_commit_value(value)
-        self._membership.get_or_create_group(key.group)
+        if not self._is_consumer_group(key.group):
+            self._membership.get_or_create_group(key.group)
         self._offsets.replay_commit(key.group, tp, offset, producer_id, transactional)
 
     def complete_transaction(self, producer_id: int, committed: bool) -> None:

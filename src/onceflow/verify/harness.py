@@ -105,6 +105,9 @@ from onceflow.verify.workload import (
 EMBEDDED_SETTINGS = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "group.initial.rebalance.delay.ms": "0",
+    # KIP-848 copiers (--group-protocol consumer): the classic copiers' session and heartbeat.
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.heartbeat.interval.ms": "1000",
     "auto.create.topics.enable": "false",
     "log.segment.bytes": str(1 << 20),
 }
@@ -323,6 +326,7 @@ def run_verify(
             committed_readers=options.committed_readers,
             uncommitted_readers=options.uncommitted_readers,
             transaction_timeout_ms=options.transaction_timeout_ms,
+            group_protocol=options.group_protocol,
             keys_per_partition=KEYS_PER_PARTITION if compacted else 0,
             tombstone_ratio=TOMBSTONE_RATIO if compacted else 0.0,
         )

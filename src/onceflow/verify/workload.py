@@ -70,6 +70,8 @@ class ClientCounts:
     committed_readers: int = 2
     uncommitted_readers: int = 1
     transaction_timeout_ms: int = 10_000
+    # The copiers' group.protocol: "classic" or "consumer" (KIP-848).
+    group_protocol: str = "classic"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -453,15 +455,17 @@ def run_copier(
 ) -> None:
     rng = random.Random(f"{spec.seed}/{spec.process}")
     client = TransactionalClient(spec, workload, stream, stop)
+    # The consumer protocol takes its session and heartbeat settings from the broker.
+    classic = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
     consumer = Consumer(
         {
             **base_config(spec, workload),
             "group.id": workload.copy_group,
+            "group.protocol": workload.group_protocol,
             "isolation.level": READ_COMMITTED,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 1000,
+            **(classic if workload.group_protocol == "classic" else {}),
             "max.poll.interval.ms": 60_000,
         }
     )

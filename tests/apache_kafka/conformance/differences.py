@@ -34,6 +34,14 @@ KEPT: tuple[KeptDifference, ...] = (
         "loses its own. onceflow refuses such a batch with INVALID_TXN_STATE, so that nobody "
         "can take the sequences of a transactional producer's next transaction.",
     ),
+    KeptDifference(
+        "consumer_group_epochs_and_fencing",
+        ("commit at the old epoch",),
+        "A KIP-848 member's commit at an epoch older than its current one: Kafka 4.4 accepts it "
+        "for partitions the member has held since that epoch (KIP-1251, the assignment epochs "
+        "of ConsumerGroupCurrentMemberAssignment); onceflow requires the member's current "
+        "epoch, as Kafka 4.0-4.2 did (STALE_MEMBER_EPOCH; the client retries at its epoch).",
+    ),
 )
 
 

@@ -41,6 +41,11 @@ END_TXN = (26, 3)
 TXN_OFFSET_COMMIT = (28, 3)
 DESCRIBE_PRODUCERS = (61, 0)
 DESCRIBE_TRANSACTIONS = (65, 0)
+# KIP-848 consumer groups (Kafka 4.x finalizes group.version 1 by default).
+METADATA = (3, 12)
+OFFSET_COMMIT = (8, 9)
+CONSUMER_GROUP_HEARTBEAT = (68, 1)
+CONSUMER_GROUP_DESCRIBE = (69, 1)
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -72,6 +77,7 @@ class Run:
         self._epoch_base: dict[int, int] = {}
         self._members: dict[str, str] = {}
         self._generation_base: int | None = None
+        self._epoch_base_848: int | None = None
         self.base_timestamp = int(time.time() * 1000) - BASE_BEHIND_MS
         self._stamps: set[int] = {0}
 
@@ -102,6 +108,15 @@ class Run:
         if self._generation_base is None:
             self._generation_base = generation_id
         return generation_id - self._generation_base
+
+    def member_epoch(self, epoch: int) -> int:
+        """A KIP-848 epoch relative to the first one seen (Kafka 4.4 starts a group at 2,
+        onceflow at 1, as Kafka 4.0 did); -1, -2 and 0 (errors, leaving) as they are."""
+        if epoch <= 0:
+            return epoch
+        if self._epoch_base_848 is None:
+            self._epoch_base_848 = epoch
+        return epoch - self._epoch_base_848
 
     def record(self, label: str, value: Any) -> Any:
         assert label not in dict(self.steps), f"step label {label!r} used twice"
@@ -600,3 +615,117 @@ class Run:
 
     def _logical(self, name: str) -> str:
         return name.removesuffix(f"-{self._suffix}")
+
+    # -- KIP-848 consumer groups -------------------------------------------------------------
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        response = self.target.call(
+            *METADATA,
+            topics=[{"name": topic, "topic_id": None}],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        [t] = response.topics
+        return t.topic_id
+
+    def heartbeat(
+        self,
+        label: str,
+        group: str,
+        member_id: str,
+        epoch: int,
+        *,
+        topics: list[str] | None = None,
+        owned: dict[uuid.UUID, list[int]] | None = None,
+        rebalance_timeout_ms: int = -1,
+        assignor: str | None = None,
+    ) -> tuple[int, list[int] | None]:
+        """ConsumerGroupHeartbeat v1: (member epoch, assigned partitions of the one topic)."""
+        self.member(member_id)  # members are named M1, M2... in the order they first heartbeat
+        self.find_coordinator(group, 0)
+        response = self.target.call_retrying(
+            *CONSUMER_GROUP_HEARTBEAT,
+            lambda r: r.error_code,
+            group_id=group,
+            member_id=member_id,
+            member_epoch=epoch,
+            instance_id=None,
+            rack_id=None,
+            rebalance_timeout=rebalance_timeout_ms,
+            subscribed_topic_names=topics,
+            subscribed_topic_regex=None,
+            server_assignor=assignor,
+            topic_partitions=(
+                None
+                if owned is None
+                else [{"topic_id": t, "partitions": ps} for t, ps in owned.items()]
+            ),
+        )
+        assigned = (
+            None
+            if response.assignment is None
+            else sorted(p for tp in response.assignment.topic_partitions for p in tp.partitions)
+        )
+        self.record(
+            label,
+            {
+                "error": error(response.error_code),
+                "member_epoch": self.member_epoch(response.member_epoch),
+                "heartbeat_interval_ms": int(response.heartbeat_interval.total_seconds() * 1000),
+                "assignment": assigned,
+            },
+        )
+        return response.member_epoch, assigned
+
+    def offset_commit_v9(
+        self, label: str, group: str, member_id: str, epoch: int, topic: str, offset: int
+    ) -> str:
+        response = self.target.call(
+            *OFFSET_COMMIT,
+            group_id=group,
+            generation_id_or_member_epoch=epoch,
+            member_id=member_id,
+            group_instance_id=None,
+            topics=[
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": offset,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": "",
+                        }
+                    ],
+                }
+            ],
+        )
+        [p] = response.topics[0].partitions
+        return self.record(label, error(p.error_code))
+
+    def consumer_group_describe(self, label: str, group: str) -> dict[str, Any]:
+        response = self.target.call(
+            *CONSUMER_GROUP_DESCRIBE, group_ids=[group], include_authorized_operations=False
+        )
+        [g] = response.groups
+        return self.record(
+            label,
+            {
+                "error": error(g.error_code),
+                "state": g.group_state,
+                "group_epoch": self.member_epoch(g.group_epoch),
+                "assignment_epoch": self.member_epoch(g.assignment_epoch),
+                "assignor": g.assignor_name,
+                "members": sorted(
+                    (
+                        self.member(m.member_id),
+                        self.member_epoch(m.member_epoch),
+                        sorted(p for tp in m.assignment.topic_partitions for p in tp.partitions),
+                        sorted(
+                            p for tp in m.target_assignment.topic_partitions for p in tp.partitions
+                        ),
+                    )
+                    for m in g.members
+                ),
+            },
+        )

@@ -4,6 +4,7 @@ transcript in `run.steps`. The same function runs against onceflow and Apache Ka
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 
 from tests.apache_kafka.conformance.run import (
@@ -467,6 +468,35 @@ def transactional_requests_out_of_order(run: Run) -> None:
     run.fetch("the log", topic, 0, READ_UNCOMMITTED)
 
 
+def consumer_group_epochs_and_fencing(run: Run) -> None:
+    """KIP-848: two members of a consumer group, revocation before assignment, the errors of
+    bad epochs, commits fenced by member epoch, a member leaving."""
+    topic = run.create_topic("input", partitions=2)
+    topic_id = run.topic_id(topic)
+    group = run.name("group")
+    m1, m2 = str(uuid.uuid4()), str(uuid.uuid4())
+    full = {"topics": [topic], "owned": {}, "rebalance_timeout_ms": 30_000}
+    epoch1, _ = run.heartbeat("m1 joins", group, m1, 0, **full)
+    run.heartbeat("m1 ahead of its epoch", group, m1, epoch1 + 1, owned={})
+    run.heartbeat("an unknown member", group, str(uuid.uuid4()), 1, owned={})
+    run.heartbeat("a bad epoch", group, m1, -3)
+    run.heartbeat("an unknown assignor", group, str(uuid.uuid4()), 0, **full, assignor="nope")
+    run.heartbeat("no rebalance timeout", group, str(uuid.uuid4()), 0, topics=[topic], owned={})
+    run.offset_commit_v9("commit at the member epoch", group, m1, epoch1, topic, 3)
+    run.offset_commit_v9("commit at another epoch", group, m1, epoch1 + 1, topic, 4)
+    run.offset_commit_v9("commit of an unknown member", group, "nobody", epoch1, topic, 5)
+    epoch2, _ = run.heartbeat("m2 joins", group, m2, 0, **full)
+    run.consumer_group_describe("reconciling", group)
+    _, kept = run.heartbeat("m1 asked to revoke", group, m1, epoch1, owned={topic_id: [0, 1]})
+    run.heartbeat("m1 revoked", group, m1, epoch1, owned={topic_id: kept or []})
+    run.heartbeat("m2 gets the released partition", group, m2, epoch2, owned={})
+    run.consumer_group_describe("stable", group)
+    run.offset_commit_v9("commit at the old epoch", group, m1, epoch1, topic, 6)
+    run.heartbeat("m2 leaves", group, m2, -1)
+    run.consumer_group_describe("after m2 left", group)
+    run.describe_group("described as a classic group", group)
+
+
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (
@@ -480,5 +510,6 @@ SCENARIOS: dict[str, Scenario] = {
         delete_records_inside_open_transaction,
         compaction_of_aborted_data,
         transactional_requests_out_of_order,
+        consumer_group_epochs_and_fencing,
     )
 }

@@ -26,6 +26,10 @@ SETTINGS = {
     "log.cleaner.backoff.ms": "200",
     "group.initial.rebalance.delay.ms": "0",
 }
+# Kafka 4.3+ computes a consumer group's target assignment at most every
+# group.consumer.assignment.interval.ms, in the background (KIP-1263); onceflow computes it
+# in the heartbeat that needs it, as Kafka 4.0-4.2 did, which is Kafka at 0.
+KAFKA_ONLY_SETTINGS = {"group.consumer.assignment.interval.ms": "0"}
 UPDATE_FEATURES = (57, 1)
 API_VERSIONS = (18, 3)
 SAFE_DOWNGRADE = 2
@@ -47,7 +51,10 @@ def finalized_transaction_version(target: Target) -> int | None:
 def kafka(apache_kafka: Distribution, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     """One Kafka node for the module, at transaction.version 1."""
     cluster = KafkaCluster(
-        tmp_path_factory.mktemp("kafka1"), 1, distribution=apache_kafka, settings=SETTINGS
+        tmp_path_factory.mktemp("kafka1"),
+        1,
+        distribution=apache_kafka,
+        settings={**SETTINGS, **KAFKA_ONLY_SETTINGS},
     )
     target = Target("kafka", cluster.bootstrap_servers)
     try:

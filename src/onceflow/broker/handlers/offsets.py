@@ -18,6 +18,7 @@ from onceflow.broker.handlers.context import GroupsContext, PartitionLookup
 from onceflow.broker.handlers.responses import by_topic_in_steps, response_class
 from onceflow.broker.handlers.slices import Work, in_slices
 from onceflow.groups.coordinator import CoordinatorLoadInProgressError
+from onceflow.groups.errors import MemberFencedError
 from onceflow.groups.offsets import OffsetAndMetadata, OffsetFetchEntry, TopicPartition
 from onceflow.protocol.entities import build, sibling
 from onceflow.security import authorization as auth
@@ -105,7 +106,12 @@ def _offset_commit(ctx: GroupsContext, request: Request) -> Work:
 
 
 def _fetch_group(
-    ctx: GroupsContext, group_id: str, topics: Any, require_stable: bool, session: Any = None
+    ctx: GroupsContext,
+    group_id: str,
+    topics: Any,
+    require_stable: bool,
+    session: Any = None,
+    member: tuple[str | None, int] = (None, -1),
 ) -> Work:
     """(group error, entries) of one group, one step per partition named. The group's offsets
     are read in one step, as one snapshot."""
@@ -126,10 +132,12 @@ def _fetch_group(
     partitions = None if asked is None else [tp for tp in asked if describable[tp[0]]]
     try:
         entries = yield from ctx.coordinator.fetch_offsets_in_steps(
-            group_id, partitions, require_stable
+            group_id, partitions, require_stable, *member
         )
     except CoordinatorLoadInProgressError:
         return ErrorCode.coordinator_load_in_progress, {}
+    except MemberFencedError as e:  # a KIP-848 member not at its epoch (v9+)
+        return e.error_code, {}
     if asked is None:
         return ErrorCode.none, dict(
             auth.filter_authorized(
@@ -184,8 +192,9 @@ def _offset_fetch(ctx: GroupsContext, request: Request) -> Work:
         group_cls = sibling(cls, "OffsetFetchResponseGroup")
         groups = []
         for g in req.groups:
+            member = (getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
             error, entries = yield from _fetch_group(
-                ctx, g.group_id, g.topics, require_stable, request.session
+                ctx, g.group_id, g.topics, require_stable, request.session, member
             )
             topics = yield from _topics(
                 cls, "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions", entries
