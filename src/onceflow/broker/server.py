@@ -10,6 +10,7 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -18,19 +19,18 @@ from onceflow.broker.big_requests import BigRequests
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
 from onceflow.broker.connection_quotas import ConnectionQuotas
-from onceflow.broker.coordinator_log import CoordinatorLog, internal_log_configs
 from onceflow.broker.data_dir import open_data_dir
 from onceflow.broker.dispatch import HandlerResult, bind_handlers, supported_versions
 from onceflow.broker.durability import (
     GroupCommitter,
     NotDurableError,
     PartitionsNotDurableError,
+    until_durable,
 )
-from onceflow.broker.faults import raise_point
 from onceflow.broker.handlers.context import (
     AdminContext,
     DataContext,
-    Durability,
+    GroupCommit,
     GroupsContext,
     HandlerContexts,
     Node,
@@ -39,26 +39,33 @@ from onceflow.broker.handlers.context import (
 )
 from onceflow.broker.handlers.slices import Sliced, Work
 from onceflow.broker.log_cleaner import LogCleaner
-from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.malloc import HeapTrimmer
 from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.partition import Partition
-from onceflow.broker.storage_failure import halt, halt_on_storage_error
+from onceflow.broker.security import BrokerSecurity
+from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.broker.topics import TopicRegistry
-from onceflow.broker.transactions import Transactions
 from onceflow.clock import Clock, system_clock
-from onceflow.coordinator_runtime import replay_offsets_batch
+from onceflow.coordinator.coordinators import Coordinators
+from onceflow.coordinator.internal_log import (
+    InternalLog,
+    finish_legacy_rewrite,
+    internal_log_configs,
+)
+from onceflow.coordinator.runtime import replay_offsets_batch
+from onceflow.fault_points import raise_point
 from onceflow.groups.config import GroupCoordinatorConfig
 from onceflow.groups.coordinator import GroupCoordinator
+from onceflow.halt import halt
 from onceflow.log.errors import LogClosedError
 from onceflow.log.file_handles import capacity_for_limit, raise_open_files_limit
 from onceflow.log.file_handles import configure as configure_file_handles
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.messages import Request
+from onceflow.rate_limited_log import RateLimitedLog
 from onceflow.records.record import DecodedBatch
-from onceflow.security.broker_security import BrokerSecurity
 from onceflow.security.listeners import Listener
-from onceflow.txn.coordinator import OFFSETS_TOPIC
+from onceflow.txn.coordinator import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TransactionCoordinator
 
 log = logging.getLogger("onceflow.broker")
 _loop_errors = RateLimitedLog(log)
@@ -89,6 +96,7 @@ class Broker:
         self.security = BrokerSecurity.from_config(config)
         self.topics = TopicRegistry(config, clock)
         self.committer = GroupCommitter(enabled=config.fsync)
+        self._internal_partitions: list[Partition] = []
         self.offsets_log = self.internal_log(OFFSETS_TOPIC, config.offsets_topic_segment_bytes)
         self.groups = GroupCoordinator(
             clock,
@@ -100,8 +108,23 @@ class Broker:
                 }
             ),
         )
-        self.transactions = Transactions(self)  # after the groups: it settles their offsets
-        self.cleaner = LogCleaner(self)
+        # After the groups: the coordinators settle their transactional offsets.
+        self.coordinators = Coordinators(
+            TransactionCoordinator(
+                clock, transaction_max_timeout_ms=config.transaction_max_timeout_ms
+            ),
+            self.groups,
+            transaction_log=self.internal_log(
+                TRANSACTION_STATE_TOPIC, config.transaction_state_log_segment_bytes
+            ),
+            offsets_log=self.offsets_log,
+            partitions=self.topics,
+            until_durable=partial(until_durable, self.committer),
+            on_error=halt_on_storage_error,
+            clock=clock,
+            cleanup_interval_ms=config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+        )
+        self.cleaner = LogCleaner(config, self.topics, self.internal_partitions, clock)
         self._listeners: list[socket.socket] = []
         self._acceptors: list[asyncio.Task[None]] = []
         self._handshakes: set[asyncio.Task[None]] = set()  # TLS connections being set up
@@ -136,29 +159,33 @@ class Broker:
             data=DataContext(
                 self.config,
                 self.topics,
-                self.transactions.coordinator,
-                Durability(self.make_durable, self.committer.wait_durable, self.not_durable_code),
+                self.coordinators.coordinator,
+                GroupCommit(self.make_durable, self.committer.wait_durable, self.not_durable_code),
                 self.clock,
             ),
             groups=groups,
-            txn=TxnContext(self.transactions.coordinator, self.transactions, groups),
+            txn=TxnContext(self.coordinators.coordinator, self.coordinators, groups),
             security=SecurityContext(self.security),
         )
 
-    def internal_log(self, topic: str, segment_bytes: int) -> CoordinatorLog:
+    def internal_log(self, topic: str, segment_bytes: int) -> InternalLog:
         """A coordinator's log, `compact` as Kafka creates its internal topics."""
-        return CoordinatorLog(
+        directory = self.config.data_dir / f"{topic}-0"
+        finish_legacy_rewrite(directory)
+        partition = Partition.open(
             topic,
-            self.config.data_dir / f"{topic}-0",
+            0,
+            directory,
             self.topics.log_config(internal_log_configs(segment_bytes)),
-            self.committer,
             self.clock,
             self.config.producer_id_expiration_ms,
         )
+        self._internal_partitions.append(partition)
+        return InternalLog(partition, self.clock)
 
     def internal_partitions(self) -> list[Partition]:
         """The coordinators' logs, which the log cleaner compacts beside the topics'."""
-        return [self.offsets_log.partition, self.transactions.log.partition]
+        return list(self._internal_partitions)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -170,7 +197,7 @@ class Broker:
         self.groups.begin_loading()
         batches = self._offsets_batches()
         loaded = _replay_for(batches, self.groups, OFFSETS_LOAD_BEFORE_LISTEN_S)
-        self.transactions.load()
+        self.coordinators.load()
         loop = asyncio.get_running_loop()
         for listener in self.security.listeners:
             sock = await _listen(
@@ -207,11 +234,11 @@ class Broker:
             "transaction-timeout",
             self._every(
                 "transaction-timeout",
-                self.transactions.timeout_delay,
-                self.transactions.timeout_tick,
+                self.coordinators.timeout_delay,
+                self.coordinators.timeout_tick,
             ),
         )
-        self.transactions.complete_in_doubt()
+        self.coordinators.complete_in_doubt()
 
     async def _load_offsets_later(self, batches: Iterator[DecodedBatch]) -> None:
         started = time.monotonic()
@@ -247,7 +274,7 @@ class Broker:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.transactions.stop()
+        await self.coordinators.stop()
         self.topics.close()
         self.offsets_log.close()
         self.committer.close()
@@ -450,7 +477,7 @@ class Broker:
         """
         if not records:
             return response
-        return self.transactions.write_offsets(
+        return self.coordinators.write_offsets(
             records, response, producer_id=producer_id, producer_epoch=producer_epoch
         )
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.coordinator_result import CoordinatorResult, Record
+from onceflow.coordinator.result import CoordinatorResult, Record
 from onceflow.groups.context import GroupContext
 from onceflow.groups.errors import CoordinatorLoadInProgressError
 from onceflow.groups.group import ClassicGroup, GroupState

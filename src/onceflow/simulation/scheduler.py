@@ -21,7 +21,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import ManualClock
-from onceflow.coordinator_runtime import replay_offsets_batch
+from onceflow.coordinator.runtime import replay_offsets_batch
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.simulation.broker import (
     BrokerSettings,

@@ -21,9 +21,9 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.append_outcome import AppendRefused
 from onceflow.broker.durability import PartitionsNotDurableError
-from onceflow.broker.faults import crash_point, delay_point
 from onceflow.broker.handlers.context import DataContext
 from onceflow.broker.handlers.responses import build_from, response_classes
+from onceflow.fault_points import crash_point, delay_point
 from onceflow.protocol.entities import build, has_field, sibling
 from onceflow.records.batch import transactional_header
 from onceflow.security import authorization as auth
