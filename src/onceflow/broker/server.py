@@ -159,12 +159,12 @@ class Broker:
             data=DataContext(
                 self.config,
                 self.topics,
-                self.coordinators.coordinator,
+                self.coordinators.transaction_coordinator,
                 GroupCommit(self.make_durable, self.committer.wait_durable, self.not_durable_code),
                 self.clock,
             ),
             groups=groups,
-            txn=TxnContext(self.coordinators.coordinator, self.coordinators, groups),
+            txn=TxnContext(self.coordinators.transaction_coordinator, self.coordinators, groups),
             security=SecurityContext(self.security),
         )
 

@@ -199,8 +199,8 @@ class Coordinators:
         clock: Clock,
         cleanup_interval_ms: int,
     ) -> None:
-        self.log = transaction_log
-        self.coordinator = coordinator
+        self._transaction_log = transaction_log
+        self.transaction_coordinator = coordinator
         # transaction.abort.timed.out.transaction.cleanup.interval.ms
         self._cleanup_interval_ms = cleanup_interval_ms
         self._loop = _EventLoop(until_durable)
@@ -221,7 +221,7 @@ class Coordinators:
 
     def load(self) -> None:
         """Replay the transaction log (compacted by the log cleaner while the broker runs)."""
-        self.runtime.load_transactions(records_of(self.log.batches()))
+        self.runtime.load_transactions(records_of(self._transaction_log.batches()))
 
     def complete_in_doubt(self) -> None:
         """Drive transactions found in PrepareCommit/PrepareAbort to completion."""
@@ -288,7 +288,7 @@ class Coordinators:
     async def stop(self) -> None:
         self.runtime.stop()
         await self._loop.stop()
-        self.log.close()
+        self._transaction_log.close()
 
 
 def _future() -> asyncio.Future[Any]:
