@@ -150,13 +150,13 @@ def upward_imports(
     for importer, imported in sorted((a, b) for a, targets in graph.items() for b in targets):
         if importer.endswith(".__main__"):
             continue
-        (low_entry, low_rank), (high_entry, high_rank) = (
+        (its_layer, its_rank), (their_layer, their_rank) = (
             layer_of(importer, ranks),
             layer_of(imported, ranks),
         )
-        if low_entry != high_entry and high_rank >= low_rank:
+        if its_layer != their_layer and their_rank >= its_rank:
             upward[(importer, imported)] = (
-                f"{low_entry} (rank {low_rank}) -> {high_entry} ({high_rank})"
+                f"{its_layer} (rank {its_rank}) -> {their_layer} (rank {their_rank})"
             )
     return upward
 
