@@ -35,7 +35,7 @@ from rich.progress import Progress
 from onceflow.bench.producers import PRODUCER_SETTINGS, ProducerJob, run_producer_processes
 from onceflow.bench.targets import cpu_seconds, onceflow_launcher
 from onceflow.bench.topics import create_topic
-from onceflow.cli.clients import connect_admin
+from onceflow.tools.clients import connect_admin
 
 FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^:()]*)(?::\d+)?\)$")
 

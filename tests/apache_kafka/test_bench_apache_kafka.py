@@ -11,7 +11,7 @@ import pytest
 
 from onceflow.apache_kafka import Distribution
 from onceflow.bench.kafka_target import KafkaNodeBroker, kafka_targets
-from onceflow.cli.errors import UsageError
+from onceflow.tools.errors import UsageError
 from tests.cli.harness import invoke
 
 KAFKA_TARGETS = ("kafka (fsync)", "kafka (no fsync)")

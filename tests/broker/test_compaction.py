@@ -21,7 +21,7 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32, i32Timedelta
 
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.broker.faults import POINTS
+from onceflow.fault_points import POINTS
 from onceflow.records.builder import build_batch
 from tests.admin_requests import call, init_producer_id
 from tests.confluent import create_topic

@@ -23,8 +23,8 @@ from onceflow.broker.connection_quotas import ConnectionQuotas
 from onceflow.broker.dispatch import supported_versions
 from onceflow.broker.handlers.api_versions import handle_api_versions
 from onceflow.broker.memory_pool import MemoryPool
+from onceflow.broker.security import BrokerSecurity
 from onceflow.protocol.messages import Request
-from onceflow.security.broker_security import BrokerSecurity
 from tests.wire import WireClient, api_versions_request
 
 

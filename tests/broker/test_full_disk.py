@@ -10,7 +10,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Producer
 
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.broker.storage_failure import HALT_EXIT_CODE
+from onceflow.halt import HALT_EXIT_CODE
 from onceflow.log.full_disk import FULL_DISK_ENV
 from tests.confluent import consume_all, create_topic
 

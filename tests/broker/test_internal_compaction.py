@@ -17,8 +17,8 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.data_dir import open_data_dir
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.broker.faults import POINTS
 from onceflow.broker.log_cleaner import CHECKPOINT_FILE, read_checkpoints
+from onceflow.fault_points import POINTS
 from onceflow.log.segment import LOG_SUFFIX
 from onceflow.records.batch import iter_batches
 from onceflow.txn.coordinator import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC

@@ -21,7 +21,7 @@ from onceflow.bench.targets import BrokerProcess, parse_target, rss_bytes
 from onceflow.bench.throughput import Measurement, ratios
 from onceflow.bench.throughput import bench_settings as _settings
 from onceflow.bench.throughput_run import BenchRun, LiveTarget
-from onceflow.cli.errors import UsageError
+from onceflow.tools.errors import UsageError
 from tests.cli.harness import Run, closed_port_address
 
 COLUMNS = [

@@ -13,7 +13,7 @@ from onceflow.bench.eos_figures import KAFKA_TARGETS, EosMeasurement, target_res
 from onceflow.bench.eos_producer import TxnProducerReport, aborts
 from onceflow.bench.stats import Latency, Phase, median_phase
 from onceflow.cli.bench_eos import bench_eos_command
-from onceflow.cli.errors import OnceflowGroup
+from onceflow.cli.root_group import OnceflowGroup
 from tests.cli.harness import Outcome, closed_port_address
 
 

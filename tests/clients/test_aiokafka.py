@@ -15,9 +15,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import CommitFailedError
 from aiokafka.structs import OffsetAndMetadata
 
-from onceflow.protocol.api_key import ApiKey
 from tests.clients.stored_batches import assert_idempotent, stored_codecs
-from tests.wire import api_versions
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
@@ -146,9 +144,6 @@ def test_produce_and_consume_by_assignment_each_codec(
 
 
 def test_idempotent_producer(bootstrap: str, topic_name: str) -> None:
-    if ApiKey.INIT_PRODUCER_ID not in api_versions(bootstrap):
-        pytest.skip("the broker does not advertise InitProducerId yet")
-
     async def scenario() -> None:
         await create(bootstrap, topic_name, 2)
         sent = await produce(bootstrap, topic_name, 2, 200, enable_idempotence=True)

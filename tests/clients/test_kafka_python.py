@@ -15,14 +15,12 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import CommitFailedError
 from kafka.structs import OffsetAndMetadata
 
-from onceflow.protocol.api_key import ApiKey
 from tests.child_consumer import assigned_child
 from tests.clients.kafka_python_consumer import consumer, subscribe
 from tests.clients.stored_batches import assert_idempotent, stored_codecs
 from tests.confluent import consume_all
 from tests.kafka_python_codecs import use_cramjam
 from tests.waiting import wait_for
-from tests.wire import api_versions
 
 
 @pytest.fixture
@@ -125,11 +123,6 @@ def test_produce_and_consume_each_codec(
 def test_default_idempotent_producer(
     bootstrap: str, admin: KafkaAdminClient, topic_name: str
 ) -> None:
-    if ApiKey.INIT_PRODUCER_ID not in api_versions(bootstrap):
-        pytest.skip(
-            "the broker does not advertise InitProducerId yet: kafka-python's default "
-            "(idempotent) producer needs it; the tests above set enable_idempotence=False"
-        )
     create(admin, topic_name, 2)
     sent = produce(bootstrap, topic_name, 2, 200)
     assert_idempotent(bootstrap, topic_name, 2)

@@ -1,7 +1,7 @@
 """kill -9 of the broker in the middle of transactions (over several partitions, with consumer
 offsets), then a restart: every transaction ends all-or-nothing, as decided.
 
-Crash points (see onceflow.broker.faults): `txn.after-decision` (PrepareCommit/PrepareAbort
+Crash points (see onceflow.fault_points): `txn.after-decision` (PrepareCommit/PrepareAbort
 durable, no marker yet), `txn.after-marker:1` (the offsets marker and the first partition's
 marker appended, the others not), `txn.before-complete` (every marker durable, Complete* not
 written); and kill -9 at random moments during a loop of transactions. After the restart the

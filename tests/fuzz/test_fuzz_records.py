@@ -24,8 +24,9 @@ from onceflow.log.config import LogConfig
 from onceflow.log.partition_log import PartitionLog
 from onceflow.records.batch import CRC_START, HEADER_SIZE, compute_crc, iter_batches
 from onceflow.records.builder import build_batch
-from onceflow.records.compression import compress, decompress
+from onceflow.records.compression import compress
 from onceflow.records.control import build_marker, parse_control_record
+from onceflow.records.decompression import decompress
 from onceflow.records.errors import RecordsError
 from onceflow.records.record import decode_batch, iter_decoded_batches
 from onceflow.records.validation import validate_produce

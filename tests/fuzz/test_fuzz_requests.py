@@ -87,11 +87,11 @@ def _strategy(hint: Any) -> st.SearchStrategy[Any]:
     if hint is type(None):
         return st.none()
     if dataclasses.is_dataclass(hint):
-        return _entities(hint)  # type: ignore[arg-type]
+        return entities(hint)  # type: ignore[arg-type]
     return st.from_type(hint)
 
 
-def _entities(cls: type) -> st.SearchStrategy[Any]:
+def entities(cls: type) -> st.SearchStrategy[Any]:
     hints = typing.get_type_hints(cls)
     fields = {f.name: _strategy(hints[f.name]) for f in dataclasses.fields(cls) if f.init}
     return st.builds(cls, **fields)
@@ -176,7 +176,7 @@ def parse_typed(frame: bytes) -> None:
 @st.composite
 def valid_requests(draw: st.DrawFn) -> tuple[int, int, Any]:
     key, version, cls = draw(st.sampled_from(PARSEABLE))
-    return key, version, draw(_entities(cls))
+    return key, version, draw(entities(cls))
 
 
 fuzz = settings(
@@ -213,7 +213,7 @@ def test_mutated_requests_raise_only_protocol_errors(
 @given(valid_requests(), st.data())
 def test_spliced_requests_of_one_api(request: tuple[int, int, Any], data: st.DataObject) -> None:
     body = request[2]
-    other = data.draw(_entities(type(body)))
+    other = data.draw(entities(type(body)))
     a, b = frame_of(body), frame_of(other)
     cut_a = data.draw(st.integers(8, len(a)))
     cut_b = data.draw(st.integers(8, len(b)))

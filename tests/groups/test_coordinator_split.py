@@ -5,7 +5,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import ManualClock
-from onceflow.coordinator_result import CoordinatorResult
+from onceflow.coordinator.result import CoordinatorResult
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.groups.deadlines import (
     Deadline,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from kio.schema.errors import ErrorCode
 
-from onceflow.coordinator_result import Record
+from onceflow.coordinator.result import Record
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.groups.group import GroupState
 from onceflow.groups.group_metadata_record import (

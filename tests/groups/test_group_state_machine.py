@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import ManualClock
-from onceflow.coordinator_result import Record
+from onceflow.coordinator.result import Record
 from onceflow.groups.config import GroupCoordinatorConfig
 from onceflow.groups.coordinator import (
     GroupCoordinator,

@@ -103,7 +103,7 @@ def test_a_failed_fsync_goes_to_the_failure_handler_and_moves_nothing(
 
 
 def test_the_broker_halts_on_a_failed_fsync() -> None:
-    from onceflow.broker.storage_failure import halt
+    from onceflow.halt import halt
 
     assert GroupCommitter().on_failure is halt
 

@@ -19,8 +19,8 @@ from onceflow.records.compression import (
     XERIAL_HEADER,
     CompressionType,
     compress,
-    decompress,
 )
+from onceflow.records.decompression import decompress
 from onceflow.records.errors import CorruptRecordError, UnsupportedCompressionError
 
 CODECS = list(CompressionType)

@@ -1,6 +1,6 @@
 """The broker's coordinator runtime over in-memory logs, shared by the coordinator tests.
 
-`SimulatedBroker` runs `onceflow.coordinator_runtime.CoordinatorRuntime` (the driver the broker
+`SimulatedBroker` runs `onceflow.coordinator.runtime.CoordinatorRuntime` (the driver the broker
 and the simulation run) with the runtime's interfaces in memory: the transaction log is a list
 of records, an append is durable at once (or, with `hold`, when `release` says so), marker jobs
 and timers wait until the test runs them. Restart = a new coordinator and runtime that replay
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import ManualClock
-from onceflow.coordinator_runtime import (
+from onceflow.coordinator.runtime import (
     BatchProducer,
     CoordinatorRuntime,
     CoordinatorUnavailableError,

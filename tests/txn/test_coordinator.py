@@ -573,7 +573,6 @@ def test_pending_transition_makes_everything_else_concurrent(broker: SimulatedBr
     assert c.add_offsets("t", pid, 0, "g").response == ErrorCode.concurrent_transactions
     assert c.end_txn("t", pid, 0, True).response == ErrorCode.concurrent_transactions
     assert c.end_txn("t", pid, 0, False).response == ErrorCode.concurrent_transactions
-    assert c.force_abort("t").response == ErrorCode.concurrent_transactions
     broker.clock.advance(TIMEOUT_MS * 2)
     assert c.expire_timed_out() == []
     # Identity errors still come first, as in Kafka.
@@ -728,22 +727,7 @@ def test_timeout_counts_from_the_first_partition(broker: SimulatedBroker) -> Non
     assert [r.transactional_id for r in broker.coordinator.expire_timed_out()] == ["t"]
 
 
-# -- operator abort, expiration, admin ------------------------------------------------------
-
-
-def test_force_abort(broker: SimulatedBroker) -> None:
-    old = ongoing(broker, "t")
-    c = broker.coordinator
-    assert c.force_abort("nope").response == ErrorCode.transactional_id_not_found
-    result = c.force_abort("t")
-    assert result.response == ErrorCode.none
-    assert result.markers is not None and not result.markers.commit
-    broker.write(result)
-    assert c.force_abort("t").response == ErrorCode.concurrent_transactions  # PrepareAbort
-    broker.write_markers()
-    assert broker.end(old, True) == ErrorCode.producer_fenced
-    assert c.force_abort("t").response == ErrorCode.invalid_txn_state  # nothing open
-    assert c.force_abort("t").records == []
+# -- expiration, admin ------------------------------------------------------------------
 
 
 def test_expire_transactional_ids() -> None:

@@ -10,7 +10,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from tests.txn.coordinator_harness import SimulatedBroker
 
-from onceflow.coordinator_runtime import CoordinatorUnavailableError
+from onceflow.coordinator.runtime import CoordinatorUnavailableError
 
 T0 = ("topic", 0)
 

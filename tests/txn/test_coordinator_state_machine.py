@@ -363,10 +363,6 @@ class CoordinatorMachine(RuleBasedStateMachine):
         for result in self.coordinator.expire_transactional_ids():
             self.submit(result, outcome, lambda r: None)
 
-    @rule(txn_id=txn_ids, outcome=write_outcomes)
-    def force_abort(self, txn_id: str, outcome: str) -> None:
-        self.submit(self.coordinator.force_abort(txn_id), outcome, lambda r: None)
-
     # -- invariants -------------------------------------------------------------------------
 
     @invariant()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from onceflow.cli.errors import OnceflowGroup
+from onceflow.cli.root_group import OnceflowGroup
 from onceflow.cli.verify import verify_command
 
 app = typer.Typer(cls=OnceflowGroup, add_completion=False, pretty_exceptions_enable=False)

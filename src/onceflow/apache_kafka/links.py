@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +234,3 @@ class LinkedKafkaCluster(KafkaCluster):
 
     def reconnect(self, node_id: int) -> None:
         self.links[node_id].heal()
-
-    def link_counts(self) -> Mapping[int, tuple[int, int]]:
-        """node -> (connections relayed, connections refused while cut)."""
-        return {i: (link.connections, link.refused) for i, link in self.links.items()}

@@ -11,8 +11,8 @@ from rich.progress import Progress, TaskID
 
 from onceflow.bench.errors import STALL_TIMEOUT_S, BenchError
 from onceflow.bench.stats import Phase
-from onceflow.cli.clients import REQUEST_TIMEOUT_S, ClientErrors, client_config
-from onceflow.cli.errors import kafka_error_text
+from onceflow.tools.clients import REQUEST_TIMEOUT_S, ClientErrors, client_config
+from onceflow.tools.errors import kafka_error_text
 
 CONSUME_BATCH = 10_000
 # Read back as an application would: from the start, committed records only.

@@ -20,7 +20,7 @@ from onceflow.bench.producers import (
     serve_job,
     worker_entry,
 )
-from onceflow.cli.clients import REQUEST_TIMEOUT_S, ClientErrors, client_config, drain
+from onceflow.tools.clients import REQUEST_TIMEOUT_S, ClientErrors, client_config, drain
 
 WORKER_MODULE = "onceflow.bench.eos_producer"
 DEFAULT_COMMIT_INTERVAL_MS = 100

@@ -40,10 +40,10 @@ from onceflow.bench.targets import (
 )
 from onceflow.bench.topics import create_topic, delete_topic
 from onceflow.bench.workload import shape_checks
-from onceflow.cli.clients import AdminSession, connect_admin
-from onceflow.cli.errors import CliError, UsageError, error_text
-from onceflow.cli.options import require_at_least
-from onceflow.cli.output import note
+from onceflow.tools.clients import AdminSession, connect_admin
+from onceflow.tools.errors import CliError, UsageError, error_text
+from onceflow.tools.option_values import require_at_least
+from onceflow.tools.output import note
 
 DEFAULT_RECORDS = 1_000_000
 DEFAULT_VALUE_SIZE = 100

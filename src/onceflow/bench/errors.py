@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onceflow.cli.errors import CliError
+from onceflow.tools.errors import CliError
 
 # A phase with no progress for this long has stalled: the target is reported as failed.
 STALL_TIMEOUT_S = 60.0

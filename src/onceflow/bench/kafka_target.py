@@ -21,7 +21,7 @@ from onceflow.bench.targets import (
     TargetSpec,
     rss_bytes,
 )
-from onceflow.cli.errors import UsageError
+from onceflow.tools.errors import UsageError
 
 # A benchmark wants peak throughput: C2 (the helper's default is C1 only, for quick starts)
 # and a heap fit for a broker under load, still small beside the machine's 24 GiB.

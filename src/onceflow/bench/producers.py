@@ -26,8 +26,8 @@ from onceflow.bench.client_stats import ClientStats
 from onceflow.bench.errors import STALL_TIMEOUT_S, BenchError
 from onceflow.bench.stats import Phase
 from onceflow.bench.targets import BROKER_READY_TIMEOUT_S
-from onceflow.cli.clients import REQUEST_TIMEOUT_S, ClientErrors, client_config, drain
-from onceflow.cli.errors import CliError, error_text, kafka_error_text
+from onceflow.tools.clients import REQUEST_TIMEOUT_S, ClientErrors, client_config, drain
+from onceflow.tools.errors import CliError, error_text, kafka_error_text
 
 # Producer settings for throughput with Kafka's durability defaults (acks=all, idempotence).
 PRODUCER_SETTINGS: dict[str, Any] = {

@@ -14,7 +14,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from onceflow.cli.output import stderr_console
+from onceflow.tools.output import stderr_console
 
 Key = TypeVar("Key", bound=Hashable)
 

@@ -15,7 +15,7 @@ from onceflow.bench.eos_figures import (
 )
 from onceflow.bench.stats import Phase
 from onceflow.bench.throughput import IdleMeasurement, Measurement, ratios
-from onceflow.cli.output import result_table
+from onceflow.tools.output import result_table
 
 
 def size_text(size: int) -> str:

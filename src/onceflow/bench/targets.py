@@ -25,8 +25,8 @@ from typing import Protocol
 from rich.console import Console
 
 from onceflow.bench.errors import BenchError
-from onceflow.cli.clients import parse_bootstrap
-from onceflow.cli.errors import UsageError
+from onceflow.tools.clients import parse_bootstrap
+from onceflow.tools.errors import UsageError
 
 BROKER_READY_TIMEOUT_S = 60.0
 RSS_SAMPLE_INTERVAL_S = 0.1

@@ -15,8 +15,8 @@ from onceflow.bench.targets import (
     tansu_launcher,
 )
 from onceflow.bench.workload import shape_checks
-from onceflow.cli.errors import UsageError
-from onceflow.cli.options import require_at_least
+from onceflow.tools.errors import UsageError
+from onceflow.tools.option_values import require_at_least
 
 DEFAULT_VALUE_SIZES = (100, 1024)
 DEFAULT_RECORDS = {100: 1_000_000, 1024: 200_000}

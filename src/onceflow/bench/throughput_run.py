@@ -36,9 +36,9 @@ from onceflow.bench.targets import (
 )
 from onceflow.bench.throughput import BenchSettings, IdleMeasurement, Measurement
 from onceflow.bench.topics import create_topic, delete_topic
-from onceflow.cli.clients import AdminSession, connect_admin
-from onceflow.cli.errors import CliError, error_text
-from onceflow.cli.output import note
+from onceflow.tools.clients import AdminSession, connect_admin
+from onceflow.tools.errors import CliError, error_text
+from onceflow.tools.output import note
 
 
 @dataclass

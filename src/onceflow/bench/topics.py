@@ -8,9 +8,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
 
 from onceflow.bench.errors import BenchError
-from onceflow.cli.clients import REQUEST_TIMEOUT_S, AdminSession, result_of
-from onceflow.cli.errors import CliError, kafka_error_text
-from onceflow.cli.output import note
+from onceflow.tools.clients import REQUEST_TIMEOUT_S, AdminSession, result_of
+from onceflow.tools.errors import CliError, kafka_error_text
+from onceflow.tools.output import note
 
 TOPIC_READY_TIMEOUT_S = 30.0
 

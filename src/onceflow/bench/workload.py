@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from onceflow.cli.options import parse_pairs
+from onceflow.tools.option_values import parse_pairs
 
 Check = tuple[str, float | None, float]  # (option, value, lowest), for require_at_least
 

@@ -26,9 +26,9 @@ from functools import partial
 from typing import Any
 
 from onceflow.broker.handlers.slices import Sliced, run_sliced
-from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.protocol.errors import MalformedRequestError
 from onceflow.protocol.messages import Request, decode_body, encode_body
+from onceflow.rate_limited_log import RateLimitedLog
 
 log = logging.getLogger(__name__)
 limited_log = RateLimitedLog(log)

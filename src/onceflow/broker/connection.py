@@ -29,17 +29,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.fetch_max_bytes import response_bytes_bound
-from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.memory_pool import READ_AHEAD, MemoryPool
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.errors import FrameTooLargeError, ProtocolError
 from onceflow.protocol.framing import FrameReader
 from onceflow.protocol.messages import Request, encode_response, parse_request
+from onceflow.rate_limited_log import RateLimitedLog
 
 if TYPE_CHECKING:
     from onceflow.broker.connection_quotas import ConnectionQuotas
-    from onceflow.security.broker_security import BrokerSecurity
+    from onceflow.broker.security import BrokerSecurity
     from onceflow.security.listeners import Listener
     from onceflow.security.session import Session
 

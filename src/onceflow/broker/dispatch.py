@@ -42,11 +42,11 @@ from onceflow.broker.handlers.context import (
     HandlerContexts,
 )
 from onceflow.broker.handlers.slices import Sliced, Work
-from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.metrics.counters import BrokerCounters, kafka_request_name
 from onceflow.metrics.histogram import Histogram
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.messages import Request
+from onceflow.rate_limited_log import RateLimitedLog
 
 _metrics_errors = RateLimitedLog(logging.getLogger(__name__))
 

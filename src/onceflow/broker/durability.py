@@ -30,11 +30,11 @@ from functools import partial
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.faults import delay_point, raise_point
-from onceflow.broker.log_limit import RateLimitedLog
-from onceflow.broker.storage_failure import halt
+from onceflow.fault_points import delay_point, raise_point
+from onceflow.halt import halt
 from onceflow.log.errors import DescriptorsExhaustedError, LogClosedError
 from onceflow.log.partition_log import PartitionLog
+from onceflow.rate_limited_log import RateLimitedLog
 
 log = logging.getLogger(__name__)
 _prepare_failures = RateLimitedLog(log)

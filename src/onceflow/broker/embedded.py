@@ -44,7 +44,7 @@ class EmbeddedBroker:
         self.fsync = fsync
         self.settings = dict(settings or {})
         self.log_level = log_level
-        self.env = dict(env or {})  # e.g. ONCEFLOW_CRASH_AT (see onceflow.broker.faults)
+        self.env = dict(env or {})  # e.g. ONCEFLOW_CRASH_AT (see onceflow.fault_points)
         # RLIMIT_NOFILE (soft and hard) of the child, e.g. 1024 to test descriptor bounds.
         self.open_files_limit = open_files_limit
         # Kafka's `listeners` (NAME://HOST:PORT,...) instead of one PLAINTEXT --listen; ports

@@ -29,13 +29,14 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from onceflow.broker.faults import crash_point, delay_point
+from onceflow.broker.config import BrokerConfig
 from onceflow.broker.storage_failure import is_storage_error
+from onceflow.clock import Clock
 from onceflow.compaction import (
     CleanerStats,
     CleanRound,
@@ -49,6 +50,7 @@ from onceflow.compaction import (
     should_clean,
 )
 from onceflow.compaction.cleanable import LogToClean
+from onceflow.fault_points import crash_point, delay_point
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import DescriptorsExhaustedError, LogClosedError, SegmentsChangedError
 from onceflow.log.file_handles import EXHAUSTION_ERRNOS, file_handles
@@ -59,7 +61,6 @@ from onceflow.txn.aborted_index import AbortedTxn, encode_entries
 
 if TYPE_CHECKING:
     from onceflow.broker.partition import Partition
-    from onceflow.broker.server import Broker
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +110,35 @@ def _not_the_partitions_fault(error: Exception) -> bool:
     return isinstance(error, OSError) and error.errno in EXHAUSTION_ERRNOS
 
 
+class CleanableTopic(Protocol):
+    @property
+    def partitions(self) -> Sequence[Partition]: ...
+
+
+class Topics(Protocol):
+    """The topics the cleaner compacts (the broker's topic registry)."""
+
+    def __iter__(self) -> Iterator[CleanableTopic]: ...
+
+    def partition(self, name: str, index: int) -> Partition | None: ...
+
+
 class LogCleaner:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self._path = broker.config.data_dir / CHECKPOINT_FILE
+    """Kafka's LogCleaner, one round per tick: given the broker's settings (log.cleaner.*), its
+    topics, the coordinators' internal partitions and the clock, never the broker itself."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: Topics,
+        internal_partitions: Callable[[], Sequence[Partition]],
+        clock: Clock,
+    ) -> None:
+        self._config = config
+        self._topics = topics
+        self._internal_partitions = internal_partitions
+        self._clock = clock
+        self._path = config.data_dir / CHECKPOINT_FILE
         self.checkpoints: dict[TopicPartition, int] = read_checkpoints(self._path)
         self._offset_map: OffsetMap | None = None  # allocated at the first round, then reused
         self.rounds = 0
@@ -124,11 +150,11 @@ class LogCleaner:
     # -- the loop ---------------------------------------------------------------------------
 
     def delay(self) -> float:
-        return self._broker.config.log_cleaner_backoff_ms / 1000
+        return self._config.log_cleaner_backoff_ms / 1000
 
     async def tick(self) -> None:
         """One round on the dirtiest partition, if any is worth cleaning."""
-        if not self._broker.config.log_cleaner_enable:
+        if not self._config.log_cleaner_enable:
             return
         self._forget_uncleanable()
         chosen = self._filthiest()
@@ -186,13 +212,13 @@ class LogCleaner:
     def _partitions(self) -> Iterator[Partition]:
         """Every partition that may be compacted: the topics', then the coordinators' logs
         (`__consumer_offsets`, `__transaction_state`), which are no topics of the registry."""
-        for topic in self._broker.topics:
+        for topic in self._topics:
             yield from topic.partitions
-        yield from self._broker.internal_partitions()
+        yield from self._internal_partitions()
 
     def _live(self, partition: Partition, config: LogConfig | None = None) -> bool:
-        registered = self._broker.topics.partition(partition.topic, partition.index)
-        if registered is not partition and partition not in self._broker.internal_partitions():
+        registered = self._topics.partition(partition.topic, partition.index)
+        if registered is not partition and partition not in self._internal_partitions():
             return False
         return config is None or partition.log.config is config
 
@@ -201,7 +227,7 @@ class LogCleaner:
     def _filthiest(self) -> tuple[Partition, LogToClean] | None:
         """Kafka's grabFilthiestCompactedLog: the cleanable partition with the highest dirty
         ratio among those past `min.cleanable.dirty.ratio` or `max.compaction.lag.ms`."""
-        now = self._broker.clock()
+        now = self._clock()
         best: tuple[Partition, LogToClean] | None = None
         for partition in self._partitions():
             config = partition.log.config
@@ -251,7 +277,7 @@ class LogCleaner:
             return
         aborted = [t for t in partition.aborted.entries() if t.first_offset < first_uncleanable]
         last_records = last_records_from_state(partition.producers)
-        now = self._broker.clock()
+        now = self._clock()
         offset_map = self._map()
         stats = CleanerStats()
         started = time.monotonic()
@@ -339,7 +365,7 @@ class LogCleaner:
 
     def _map(self) -> OffsetMap:
         if self._offset_map is None:
-            config = self._broker.config
+            config = self._config
             self._offset_map = OffsetMap(
                 config.log_cleaner_dedupe_buffer_size, config.log_cleaner_io_buffer_load_factor
             )

@@ -19,19 +19,18 @@ from onceflow.broker.big_requests import BigRequests
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import Connection
 from onceflow.broker.connection_quotas import ConnectionQuotas
-from onceflow.broker.coordinator_log import CoordinatorLog, internal_log_configs
 from onceflow.broker.data_dir import open_data_dir
 from onceflow.broker.dispatch import HandlerResult, bind_handlers, supported_versions, with_metrics
 from onceflow.broker.durability import (
     GroupCommitter,
     NotDurableError,
     PartitionsNotDurableError,
+    until_durable,
 )
-from onceflow.broker.faults import raise_point
 from onceflow.broker.handlers.context import (
     AdminContext,
     DataContext,
-    Durability,
+    GroupCommit,
     GroupsContext,
     HandlerContexts,
     Node,
@@ -40,17 +39,24 @@ from onceflow.broker.handlers.context import (
 )
 from onceflow.broker.handlers.slices import Sliced, Work
 from onceflow.broker.log_cleaner import LogCleaner
-from onceflow.broker.log_limit import RateLimitedLog
 from onceflow.broker.malloc import HeapTrimmer
 from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.partition import Partition
-from onceflow.broker.storage_failure import halt, halt_on_storage_error
+from onceflow.broker.security import BrokerSecurity
+from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.broker.topics import TopicRegistry
-from onceflow.broker.transactions import Transactions
 from onceflow.clock import Clock, system_clock
-from onceflow.coordinator_runtime import replay_offsets_batch
+from onceflow.coordinator.coordinators import Coordinators
+from onceflow.coordinator.internal_log import (
+    InternalLog,
+    finish_legacy_rewrite,
+    internal_log_configs,
+)
+from onceflow.coordinator.runtime import replay_offsets_batch
+from onceflow.fault_points import raise_point
 from onceflow.groups.config import GroupCoordinatorConfig
 from onceflow.groups.coordinator import GroupCoordinator
+from onceflow.halt import halt
 from onceflow.log.errors import LogClosedError
 from onceflow.log.file_handles import capacity_for_limit, raise_open_files_limit
 from onceflow.log.file_handles import configure as configure_file_handles
@@ -59,10 +65,10 @@ from onceflow.metrics.endpoint import MetricsEndpoint
 from onceflow.metrics.snapshot import BrokerState, read_state
 from onceflow.protocol.errors import ProtocolError
 from onceflow.protocol.messages import Request
+from onceflow.rate_limited_log import RateLimitedLog
 from onceflow.records.record import DecodedBatch
-from onceflow.security.broker_security import BrokerSecurity
 from onceflow.security.listeners import Listener
-from onceflow.txn.coordinator import OFFSETS_TOPIC
+from onceflow.txn.coordinator import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TransactionCoordinator
 
 log = logging.getLogger("onceflow.broker")
 _loop_errors = RateLimitedLog(log)
@@ -93,6 +99,7 @@ class Broker:
         self.security = BrokerSecurity.from_config(config)
         self.topics = TopicRegistry(config, clock)
         self.committer = GroupCommitter(enabled=config.fsync)
+        self._internal_partitions: list[Partition] = []
         self.offsets_log = self.internal_log(OFFSETS_TOPIC, config.offsets_topic_segment_bytes)
         self.groups = GroupCoordinator(
             clock,
@@ -105,8 +112,23 @@ class Broker:
             ),
             write_records=self.write_group_records,
         )
-        self.transactions = Transactions(self)  # after the groups: it settles their offsets
-        self.cleaner = LogCleaner(self)
+        # After the groups: the coordinators settle their transactional offsets.
+        self.coordinators = Coordinators(
+            TransactionCoordinator(
+                clock, transaction_max_timeout_ms=config.transaction_max_timeout_ms
+            ),
+            self.groups,
+            transaction_log=self.internal_log(
+                TRANSACTION_STATE_TOPIC, config.transaction_state_log_segment_bytes
+            ),
+            offsets_log=self.offsets_log,
+            partitions=self.topics,
+            until_durable=partial(until_durable, self.committer),
+            on_error=halt_on_storage_error,
+            clock=clock,
+            cleanup_interval_ms=config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+        )
+        self.cleaner = LogCleaner(config, self.topics, self.internal_partitions, clock)
         self._listeners: list[socket.socket] = []
         self._acceptors: list[asyncio.Task[None]] = []
         self._handshakes: set[asyncio.Task[None]] = set()  # TLS connections being set up
@@ -148,30 +170,34 @@ class Broker:
             data=DataContext(
                 self.config,
                 self.topics,
-                self.transactions.coordinator,
-                Durability(self.make_durable, self.committer.wait_durable, self.not_durable_code),
+                self.coordinators.transaction_coordinator,
+                GroupCommit(self.make_durable, self.committer.wait_durable, self.not_durable_code),
                 self.clock,
                 metrics=self.counters,
             ),
             groups=groups,
-            txn=TxnContext(self.transactions.coordinator, self.transactions, groups),
+            txn=TxnContext(self.coordinators.transaction_coordinator, self.coordinators, groups),
             security=SecurityContext(self.security),
         )
 
-    def internal_log(self, topic: str, segment_bytes: int) -> CoordinatorLog:
+    def internal_log(self, topic: str, segment_bytes: int) -> InternalLog:
         """A coordinator's log, `compact` as Kafka creates its internal topics."""
-        return CoordinatorLog(
+        directory = self.config.data_dir / f"{topic}-0"
+        finish_legacy_rewrite(directory)
+        partition = Partition.open(
             topic,
-            self.config.data_dir / f"{topic}-0",
+            0,
+            directory,
             self.topics.log_config(internal_log_configs(segment_bytes)),
-            self.committer,
             self.clock,
             self.config.producer_id_expiration_ms,
         )
+        self._internal_partitions.append(partition)
+        return InternalLog(partition, self.clock)
 
     def internal_partitions(self) -> list[Partition]:
         """The coordinators' logs, which the log cleaner compacts beside the topics'."""
-        return [self.offsets_log.partition, self.transactions.log.partition]
+        return list(self._internal_partitions)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -184,7 +210,7 @@ class Broker:
         batches = self._offsets_batches()
         loaded = _replay_for(batches, self.groups, OFFSETS_LOAD_BEFORE_LISTEN_S)
         transactions_loading = time.monotonic()
-        self.transactions.load()
+        self.coordinators.load()
         self.transactions_load_seconds = time.monotonic() - transactions_loading
         loop = asyncio.get_running_loop()
         for listener in self.security.listeners:
@@ -210,7 +236,7 @@ class Broker:
         state = BrokerState(
             topics=self.topics,
             partition=self.topics.partition,
-            transactions=self.transactions.coordinator,
+            transactions=self.coordinators.transaction_coordinator,
             groups=self.groups,
             cleaner=self.cleaner,
             quotas=self.quotas,
@@ -250,11 +276,11 @@ class Broker:
             "transaction-timeout",
             self._every(
                 "transaction-timeout",
-                self.transactions.timeout_delay,
-                self.transactions.timeout_tick,
+                self.coordinators.timeout_delay,
+                self.coordinators.timeout_tick,
             ),
         )
-        self.transactions.complete_in_doubt()
+        self.coordinators.complete_in_doubt()
 
     async def _load_offsets_later(self, batches: Iterator[DecodedBatch]) -> None:
         started = time.monotonic()
@@ -292,7 +318,7 @@ class Broker:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.transactions.stop()
+        await self.coordinators.stop()
         self.topics.close()
         self.offsets_log.close()
         self.committer.close()
@@ -506,7 +532,7 @@ class Broker:
         """
         if not records:
             return response
-        return self.transactions.write_offsets(
+        return self.coordinators.write_offsets(
             records, response, producer_id=producer_id, producer_epoch=producer_epoch
         )
 

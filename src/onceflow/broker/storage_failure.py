@@ -11,15 +11,11 @@ the clean-shutdown writes, so the restart rebuilds every state from what reached
 from __future__ import annotations
 
 import errno
-import logging
-import os
 
+from onceflow.halt import halt
 from onceflow.log.errors import DescriptorsExhaustedError, LogStorageError
 from onceflow.log.producer_errors import TxnIndexStorageError
 
-log = logging.getLogger(__name__)
-
-HALT_EXIT_CODE = 1
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG})
 
 
@@ -38,10 +34,3 @@ def halt_on_storage_error(error: BaseException | None) -> None:
     """Exit now (no clean shutdown) if `error` is a failed write to the data directory."""
     if is_storage_error(error):
         halt(error)
-
-
-def halt(error: BaseException) -> None:
-    """Exit now, without the clean-shutdown writes."""
-    log.critical("halting: a write to the data directory failed: %r", error)
-    logging.shutdown()
-    os._exit(HALT_EXIT_CODE)

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from onceflow.broker.config import BrokerConfig
-from onceflow.broker.faults import crash_point, raise_point
 from onceflow.broker.partition import Partition
 from onceflow.broker.storage_failure import halt_on_storage_error
 from onceflow.clock import Clock
+from onceflow.fault_points import crash_point, raise_point
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogError, LogStorageError
 from onceflow.log.sync_barrier import SyncBarrier

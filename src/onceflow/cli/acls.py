@@ -24,10 +24,7 @@ from typing import Annotated, Any
 import typer
 from confluent_kafka import KafkaError, KafkaException, admin
 
-from onceflow.cli.clients import AdminSession, connect_admin, result_of
-from onceflow.cli.errors import CliError, UsageError, kafka_error_text
 from onceflow.cli.options import Command, cluster_command, command_group, option, option_group
-from onceflow.cli.output import note, result_table, stdout_console
 from onceflow.kafka_errors import kafka_error_code
 from onceflow.security.acl import (
     CLUSTER_NAME,
@@ -43,6 +40,9 @@ from onceflow.security.acl import (
     ResourceType,
     parse_principal,
 )
+from onceflow.tools.clients import AdminSession, connect_admin, result_of
+from onceflow.tools.errors import CliError, UsageError, kafka_error_text
+from onceflow.tools.output import note, result_table, stdout_console
 
 acls_app = command_group("Add, list and remove ACLs (as kafka-acls does).")
 

@@ -32,8 +32,9 @@ from onceflow.bench.throughput import DEFAULT_ROUNDS, bench_settings, throughput
 from onceflow.bench.throughput_run import BenchRun
 from onceflow.bench.workload import client_settings
 from onceflow.cli import bench_options
-from onceflow.cli.errors import UsageError
-from onceflow.cli.options import ConsumerProperties, ProducerProperties, require_at_least
+from onceflow.cli.options import ConsumerProperties, ProducerProperties
+from onceflow.tools.errors import UsageError
+from onceflow.tools.option_values import require_at_least
 
 
 def bench_command(

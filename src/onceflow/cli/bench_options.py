@@ -11,8 +11,8 @@ from typing import Annotated, Any, Protocol
 import typer
 from rich.table import Table
 
-from onceflow.cli.errors import CliError
-from onceflow.cli.output import stdout_console
+from onceflow.tools.errors import CliError
+from onceflow.tools.output import stdout_console
 
 BenchTargets = Annotated[
     list[str] | None,

@@ -59,8 +59,8 @@ def broker_command(
     # Imported here so that the other commands start without loading the broker.
     from onceflow.broker.config import ConfigError, load_config
     from onceflow.broker.data_dir import DataDirError
+    from onceflow.broker.security import SecurityConfigError
     from onceflow.broker.server import serve_forever
-    from onceflow.security.broker_security import SecurityConfigError
 
     flags: dict[str, object] = {
         "data_dir": data_dir,

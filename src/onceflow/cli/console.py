@@ -29,17 +29,15 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from onceflow.cli.clients import ClientErrors, client_config, connect_admin, drain
-from onceflow.cli.errors import CliError, TopicNotFoundError, UsageError, kafka_error_text
 from onceflow.cli.options import (
     ConsumerProperties,
     ProducerProperties,
     cluster_command,
-    parse_bool,
-    parse_pairs,
-    require_at_least,
 )
-from onceflow.cli.output import note
+from onceflow.tools.clients import ClientErrors, client_config, connect_admin, drain
+from onceflow.tools.errors import CliError, TopicNotFoundError, UsageError, kafka_error_text
+from onceflow.tools.option_values import parse_bool, parse_pairs, require_at_least
+from onceflow.tools.output import note
 
 # Deliveries still pending this long after stdin closed are reported as failed.
 DELIVERY_TIMEOUT_MS = 30_000

@@ -26,10 +26,10 @@ from rich.console import Console
 from rich.table import Table
 
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.cli.clients import ClientErrors, client_config
 from onceflow.pipelines import CRASH_AFTER_BATCH_ENV
 from onceflow.pipelines.topic_reader import read_topic
 from onceflow.pipelines.wordcount_check import CountReport, check_counts, words_of
+from onceflow.tools.clients import ClientErrors, client_config
 
 VOCABULARY = (
     "exactly",

@@ -20,13 +20,13 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import ConsumerGroupDescription, OffsetSpec
 
-from onceflow.cli.clients import REQUEST_TIMEOUT_S, AdminSession, connect_admin, result_of
 from onceflow.cli.consumer_group_admin import ConsumerGroupInfo, describe_consumer_group
-from onceflow.cli.errors import CliError, UsageError, kafka_error_text
 from onceflow.cli.options import cluster_command, command_group
-from onceflow.cli.output import note, result_table, stdout_console
 from onceflow.cli.topics import partition_offsets
 from onceflow.kafka_errors import kafka_error_code
+from onceflow.tools.clients import REQUEST_TIMEOUT_S, AdminSession, connect_admin, result_of
+from onceflow.tools.errors import CliError, UsageError, kafka_error_text
+from onceflow.tools.output import note, result_table, stdout_console
 
 groups_app = command_group("List, describe, reset and delete consumer groups.")
 

@@ -11,8 +11,8 @@ from onceflow.cli.bench_spark import bench_spark_command
 from onceflow.cli.broker import broker_command
 from onceflow.cli.console import consume_command, produce_command
 from onceflow.cli.demo import demo_command
-from onceflow.cli.errors import OnceflowGroup
 from onceflow.cli.groups import groups_app
+from onceflow.cli.root_group import OnceflowGroup
 from onceflow.cli.run import run_command
 from onceflow.cli.topics import topics_app
 from onceflow.cli.transactions import transactions_app

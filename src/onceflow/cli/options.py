@@ -1,20 +1,19 @@
 """The `onceflow` tools' shared options: the bootstrap address and --command-config of every
 command that talks to a cluster, librdkafka settings on the command line, and the parsing of
-option values (a bad one is a UsageError: one line, exit 2)."""
+option values (tools/option_values.py: a bad one is a UsageError, one line, exit 2)."""
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from onceflow.cli.clients import load_command_settings
-from onceflow.cli.errors import UsageError
 from onceflow.client_properties import ClientPropertiesError
+from onceflow.tools.clients import load_command_settings
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -129,30 +128,3 @@ ConsumerProperties = _client_settings("consumer")
 def command_group(help_text: str) -> typer.Typer:
     """A group of sub-commands (`onceflow topics ...`): its help when called bare."""
     return typer.Typer(help=help_text, no_args_is_help=True, add_completion=False)
-
-
-def parse_pairs(values: Iterable[str], option: str) -> dict[str, str]:
-    """`k=v` strings (as given to a repeatable option) to a dict; UsageError when malformed."""
-    pairs: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"Invalid {option} '{item}': expected KEY=VALUE.")
-        pairs[key.strip()] = value
-    return pairs
-
-
-def require_at_least(*checks: tuple[str, float | None, float]) -> None:
-    """UsageError for the first (option, value, lowest) whose value is below its lowest (an
-    option not given, None, passes)."""
-    for name, value, low in checks:
-        if value is not None and value < low:
-            raise UsageError(f"{name} must be at least {low}, not {value}.")
-
-
-def parse_bool(value: str, name: str) -> bool:
-    """A Kafka-style boolean property value."""
-    lowered = value.strip().lower()
-    if lowered not in ("true", "false"):
-        raise UsageError(f"Invalid value '{value}' for {name}: expected true or false.")
-    return lowered == "true"

@@ -23,22 +23,23 @@ from confluent_kafka.admin import (
 )
 from rich.table import Table
 
-from onceflow.cli.clients import (
+from onceflow.cli.options import cluster_command, command_group
+from onceflow.kafka_errors import kafka_error_code
+from onceflow.tools.clients import (
     INTERNAL_TOPICS,
     REQUEST_TIMEOUT_S,
     AdminSession,
     connect_admin,
     result_of,
 )
-from onceflow.cli.errors import (
+from onceflow.tools.errors import (
     CliError,
     TopicNotFoundError,
     UsageError,
     kafka_error_text,
 )
-from onceflow.cli.options import cluster_command, command_group, parse_pairs, require_at_least
-from onceflow.cli.output import result_table, stderr_console, stdout_console
-from onceflow.kafka_errors import kafka_error_code
+from onceflow.tools.option_values import parse_pairs, require_at_least
+from onceflow.tools.output import result_table, stderr_console, stdout_console
 
 topics_app = command_group("Create, list, describe, alter and delete topics.")
 # From this many partitions on, create and describe say on stderr what they are waiting for.

@@ -15,14 +15,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.cli.clients import (
-    CONNECT_TIMEOUT_S,
-    REQUEST_TIMEOUT_S,
-    command_settings,
-    parse_bootstrap,
-)
-from onceflow.cli.errors import BrokerUnreachableError, CliError, TopicNotFoundError, UsageError
-from onceflow.cli.output import note
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.client import (
     RETRIABLE_ROUTE_ERRORS,
@@ -35,6 +27,14 @@ from onceflow.protocol.client import (
 )
 from onceflow.protocol.client_security import ClientSecurity, ClientSecurityError
 from onceflow.protocol.entities import build, sibling
+from onceflow.tools.clients import (
+    CONNECT_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+    command_settings,
+    parse_bootstrap,
+)
+from onceflow.tools.errors import BrokerUnreachableError, CliError, TopicNotFoundError, UsageError
+from onceflow.tools.output import note
 
 # As Kafka's tool: DescribeProducers in batches, so no single request is huge.
 PARTITIONS_PER_REQUEST = 500

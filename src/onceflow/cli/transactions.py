@@ -26,10 +26,7 @@ import typer
 from confluent_kafka import KafkaException, Producer
 from kio.schema.errors import ErrorCode
 
-from onceflow.cli.clients import ClientErrors, client_config
-from onceflow.cli.errors import CliError, TopicNotFoundError, UsageError, kafka_error_text
 from onceflow.cli.options import cluster_command, command_group
-from onceflow.cli.output import note, result_table, stdout_console
 from onceflow.cli.transaction_admin import (
     ABORTABLE_STATES,
     COMPLETING_STATES,
@@ -45,6 +42,9 @@ from onceflow.cli.transaction_admin import (
     write_abort_marker,
 )
 from onceflow.protocol.client import KafkaClient, KafkaResponseError, error_name
+from onceflow.tools.clients import ClientErrors, client_config
+from onceflow.tools.errors import CliError, TopicNotFoundError, UsageError, kafka_error_text
+from onceflow.tools.output import note, result_table, stdout_console
 
 # Kafka's transaction.max.timeout.ms default: a transaction older than it cannot be live.
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000

@@ -24,12 +24,12 @@ from confluent_kafka.admin import (
 )
 
 from onceflow.broker.data_dir import META_PROPERTIES, DataDirError, open_data_dir, read_properties
-from onceflow.cli.clients import connect_admin, result_of
-from onceflow.cli.errors import CliError, UsageError, kafka_error_text
 from onceflow.cli.options import cluster_command
-from onceflow.cli.output import result_table, stdout_console
 from onceflow.security.credentials import CredentialStore, CredentialStoreError, Table
 from onceflow.security.scram import DEFAULT_ITERATIONS, MECHANISMS, ScramMechanism, new_credential
+from onceflow.tools.clients import connect_admin, result_of
+from onceflow.tools.errors import CliError, UsageError, kafka_error_text
+from onceflow.tools.output import result_table, stdout_console
 
 users_app = typer.Typer(
     help="Set, list and delete SASL/SCRAM users (PLAIN checks the same credentials).",

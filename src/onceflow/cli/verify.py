@@ -11,9 +11,9 @@ from typing import Annotated
 
 import typer
 
-from onceflow.cli.clients import parse_bootstrap
-from onceflow.cli.errors import CliError, UsageError
-from onceflow.cli.output import stderr_console, stdout_console
+from onceflow.tools.clients import parse_bootstrap
+from onceflow.tools.errors import CliError, UsageError
+from onceflow.tools.output import stderr_console, stdout_console
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

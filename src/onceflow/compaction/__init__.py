@@ -43,6 +43,7 @@ from onceflow.compaction.cleanable import (
     log_to_clean,
     should_clean,
 )
+from onceflow.compaction.cleaned_transactions import AbortedTransaction, CleanedTransactions
 from onceflow.compaction.cleaner import (
     CleanedGroup,
     CleanerStats,
@@ -59,7 +60,6 @@ from onceflow.compaction.producers import (
     last_records_from_state,
     last_records_of_producers,
 )
-from onceflow.compaction.transactions import AbortedTransaction, CleanedTransactions
 
 __all__ = [
     "AbortedTransaction",

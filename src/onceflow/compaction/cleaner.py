@@ -33,10 +33,10 @@ from onceflow.compaction.cleanable import (
     SegmentInfo,
     group_segments_by_size,
 )
+from onceflow.compaction.cleaned_transactions import AbortedTransaction, CleanedTransactions
 from onceflow.compaction.errors import CleanRangeError
 from onceflow.compaction.offset_map import OffsetMap
 from onceflow.compaction.producers import LastRecord, is_last_batch_of_producer
-from onceflow.compaction.transactions import AbortedTransaction, CleanedTransactions
 from onceflow.records.batch import (
     CONTROL_FLAG,
     CURRENT_MAGIC,

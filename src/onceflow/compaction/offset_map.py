@@ -74,10 +74,6 @@ class OffsetMap:
         put, even of a key already in the map)."""
         return self.entries >= self.capacity
 
-    @property
-    def utilization(self) -> float:
-        return self.entries / self._slots
-
     def _position(self, digest: bytes, attempt: int) -> int:
         # Kafka's positionOf: a 4-byte window of the hash per attempt, then one slot further
         window = min(attempt, HASH_SIZE - 4)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import regex
 from kio.schema.errors import ErrorCode
 
-from onceflow.coordinator_result import CoordinatorResult, Record
+from onceflow.coordinator.result import CoordinatorResult, Record
 from onceflow.groups import consumer_records as cr
 from onceflow.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, AssignmentMember
 from onceflow.groups.consumer_group import (

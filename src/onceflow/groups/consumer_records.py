@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from onceflow.coordinator_schema import (
+from onceflow.coordinator.schema import (
     INT8,
     INT16,
     INT32,

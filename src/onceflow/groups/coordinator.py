@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import Clock
-from onceflow.coordinator_result import CoordinatorResult, Record
+from onceflow.coordinator.result import CoordinatorResult, Record
 from onceflow.groups.config import GroupCoordinatorConfig
 from onceflow.groups.consumer_groups import ConsumerGroups
 from onceflow.groups.consumer_messages import (

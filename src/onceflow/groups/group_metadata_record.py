@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onceflow.coordinator_result import Record
-from onceflow.coordinator_schema import INT16, INT32, INT64, SchemaReader, encode_string
+from onceflow.coordinator.result import Record
+from onceflow.coordinator.schema import INT16, INT32, INT64, SchemaReader, encode_string
 from onceflow.groups.group import ClassicGroup, GroupState, Member
 from onceflow.groups.offsets_record import OffsetsRecordError, encode_group_metadata_key
 

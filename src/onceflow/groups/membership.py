@@ -26,7 +26,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.coordinator_result import Record
+from onceflow.coordinator.result import Record
 from onceflow.groups.context import GroupContext
 from onceflow.groups.deadlines import TimerKind, due_deadlines, next_deadline, still_set
 from onceflow.groups.errors import CoordinatorStateError

@@ -142,9 +142,6 @@ class OffsetStore:
     def has_open_transactions(self, group_id: str) -> bool:
         return bool(self._open_txns_by_group.get(group_id))
 
-    def has_offsets(self, group_id: str) -> bool:
-        return bool(self._committed.get(group_id)) or bool(self.pending_partitions(group_id))
-
     def groups(self) -> Iterator[str]:
         yield from self._committed
 

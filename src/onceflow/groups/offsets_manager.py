@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.coordinator_result import CoordinatorResult, Record
+from onceflow.coordinator.result import CoordinatorResult, Record
 from onceflow.groups.context import GroupContext
 from onceflow.groups.errors import CoordinatorLoadInProgressError, MemberFencedError
 from onceflow.groups.group import ClassicGroup, GroupState

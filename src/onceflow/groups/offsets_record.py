@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onceflow.coordinator_schema import INT16, INT32, INT64, SchemaReader, encode_string
+from onceflow.coordinator.schema import INT16, INT32, INT64, SchemaReader, encode_string
 from onceflow.groups.offsets import OffsetAndMetadata
 
 OFFSET_COMMIT_KEY_VERSION = 1

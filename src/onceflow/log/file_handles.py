@@ -216,12 +216,6 @@ class FileHandleCache:
         except FileNotFoundError:
             return  # deleted (retention, DeleteTopics): nothing left to make durable
 
-    def evict_idle(self, fraction: float = 1.0) -> int:
-        """Close that share of the idle descriptors (least recently used first); returns how
-        many. For callers that met EMFILE elsewhere (e.g. accepting a connection)."""
-        with self._lock:
-            return self._evict_locked(max(1, int(len(self._idle) * fraction)))
-
     def close_all(self) -> None:
         """Close every idle descriptor (tests, shutdown)."""
         with self._lock:

@@ -54,8 +54,6 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from onceflow.cli.errors import UsageError
-from onceflow.cli.options import parse_pairs
 from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.data_source import TARGET_PREFIX, MirrorDataSource, mirror_target
 from onceflow.mirror.group_sync import GroupsPatternError, GroupSync, GroupSyncError, groups_pattern
@@ -72,6 +70,8 @@ from onceflow.mirror.target_limit import RecordTooLargeError
 from onceflow.pipelines.session import client_properties_file, run_until, session
 from onceflow.spark.options import SourceOptions
 from onceflow.spark.topic_offsets import TopicOffsets
+from onceflow.tools.errors import UsageError
+from onceflow.tools.option_values import parse_pairs
 
 _INTERVAL = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*")
 _MS = {"ms": 1, "s": 1000, None: 1000, "m": 60_000, "min": 60_000}

@@ -89,14 +89,6 @@ def _response_writer(cls: type) -> Any:
     return entity_writer(cls)
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
-    """(api key, api version, correlation id) of a request frame, for error reporting."""
-    if len(frame) < 8:
-        raise MalformedRequestError(f"request of {len(frame)} bytes is too short for a header")
-    api_key, version, correlation_id, _ = _HEADER_START.unpack_from(frame, 0)
-    return api_key, version, correlation_id
-
-
 def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Request:
     """Parse one request frame (without its size prefix).
 

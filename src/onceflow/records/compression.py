@@ -14,7 +14,6 @@ Codec ids are the batch attribute bits 0-2: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 z
 from __future__ import annotations
 
 import struct
-import sys
 from enum import IntEnum
 
 import cramjam
@@ -70,21 +69,6 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
     if kind is CompressionType.LZ4:
         return _lz4_frame_compress(data)
     return bytes(cramjam.zstd.compress(data))
-
-
-def decompress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
-    """Decompress a batch's records section whole; malformed input raises CorruptRecordError.
-
-    For batches the broker wrote itself or already validated (control batches, internal logs,
-    clients' reads); anything a client sent goes through decompression.iter_decompressed, which
-    is bounded. Both decode the same way, so what validation accepts this decodes.
-    """
-    # imported here: decompression.py builds on this module's framing constants
-    from onceflow.records.decompression import iter_decompressed
-
-    if compression_type(codec) is CompressionType.NONE:
-        return bytes(data)
-    return b"".join(bytes(chunk) for chunk in iter_decompressed(codec, data, sys.maxsize))
 
 
 def _xerial_compress(data: bytes | bytearray | memoryview) -> bytes:

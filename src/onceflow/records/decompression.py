@@ -23,6 +23,7 @@ Per codec:
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
 from collections.abc import Iterator
 
@@ -53,6 +54,18 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer, as Kafka's GZIPInputStream wants
 _LZ4_BLOCK_SIZES = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 _LZ4_UNCOMPRESSED_BIT = 0x80000000
+
+
+def decompress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+    """Decompress a batch's records section whole; malformed input raises CorruptRecordError.
+
+    For batches the broker wrote itself or already validated (control batches, internal logs,
+    clients' reads); anything a client sent goes through decompression.iter_decompressed, which
+    is bounded. Both decode the same way, so what validation accepts this decodes.
+    """
+    if compression_type(codec) is CompressionType.NONE:
+        return bytes(data)
+    return b"".join(bytes(chunk) for chunk in iter_decompressed(codec, data, sys.maxsize))
 
 
 def iter_decompressed(codec: int, data: Buffer, limit: int) -> Iterator[Buffer]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from onceflow.records.batch import HEADER_SIZE, BatchHeader, check_batch
-from onceflow.records.compression import decompress
+from onceflow.records.decompression import decompress
 from onceflow.records.errors import CorruptRecordError
 from onceflow.records.varint import decode_varint, decode_varlong
 

@@ -18,7 +18,7 @@ from onceflow.security.durable_file import (
     load_json_store,
     write_json_atomically,
 )
-from onceflow.security.scram import MECHANISMS, ScramCredential, ScramMechanism
+from onceflow.security.scram import ScramCredential, ScramMechanism
 
 CREDENTIALS_FILE = "scram-credentials.json"
 FORMAT_VERSION = 1
@@ -107,7 +107,3 @@ def _decode(raw: dict[str, Any]) -> ScramCredential:
         server_key=base64.b64decode(raw["server_key"]),
         iterations=int(raw["iterations"]),
     )
-
-
-def known_mechanism(name: str) -> ScramMechanism | None:
-    return MECHANISMS.get(name.upper())

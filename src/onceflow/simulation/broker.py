@@ -3,7 +3,7 @@ logs, with every asynchronous wait turned into an event the scheduler runs.
 
 What runs is the broker's code: `broker.partition.append_records_to_leader` for Produce
 (validation, KIP-890 verification, idempotence checks, append, producer state),
-`onceflow.coordinator_runtime` for every coordinator result (append -> durable -> replay ->
+`onceflow.coordinator.runtime` for every coordinator result (append -> durable -> replay ->
 answer -> markers -> Complete*, the held-request bound, TxnOffsetCommit, loading at start-up
 and in-doubt transactions). This
 module only implements the runtime's interfaces for the scheduler: logs in memory
@@ -24,8 +24,8 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.partition import append_records_to_leader
 from onceflow.clock import Clock
-from onceflow.coordinator_result import MarkerJob, Record
-from onceflow.coordinator_runtime import (
+from onceflow.coordinator.result import MarkerJob, Record
+from onceflow.coordinator.runtime import (
     BatchProducer,
     CoordinatorRuntime,
     CoordinatorUnavailableError,
@@ -151,7 +151,7 @@ class BrokerSettings:
 
 
 class _CoordinatorLog:
-    """The runtime's CoordinatorLog over a simulated log, as broker/coordinator_log.py appends."""
+    """The runtime's CoordinatorLog over a simulated log, as coordinator/internal_log.py appends."""
 
     def __init__(self, log: SimulatedLog, clock: Clock, applied: set[int]) -> None:
         self.log = log

@@ -21,7 +21,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import ManualClock
-from onceflow.coordinator_runtime import replay_offsets_batch
+from onceflow.coordinator.runtime import replay_offsets_batch
 from onceflow.log.aborted_index import AbortedTxn, aborted_entry
 from onceflow.log.producer_state import ProducerStateManager
 from onceflow.records.control import ControlType, parse_control_record

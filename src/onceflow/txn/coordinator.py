@@ -3,22 +3,15 @@ TransactionStateManager over a single ``__transaction_state`` log.
 
 Coordinator-runtime model. A handler validates the request, sets a *pending* transition on the
 transactional id and returns a :class:`CoordinatorResult`: the records to append and the
-response. The broker then
-  1. appends ``result.records`` to ``__transaction_state`` as one batch and makes it durable;
-  2. calls :meth:`replay` for each record, in log order (the state changes only there);
-  3. sends ``result.response``;
-  4. if ``result.markers`` is set, writes the markers (control batches) to every partition of
-     the job, then calls :meth:`markers_written`, whose result is written the same way.
-If the append fails and the records are surely not in the log, the broker calls
-:meth:`abort_pending` with ``result.transactional_id`` when it is set (and answers the client
-with the error, e.g. COORDINATOR_NOT_AVAILABLE); if the outcome is unknown (an fsync error) it
-must not go on as if nothing was written, but reload: a new coordinator, :meth:`replay` of the
-whole log, then markers for :meth:`in_doubt`. A result with no records sets no pending
-transition and is answered at once. A result's records may be appended as one batch or in
-order; the records of different results may interleave.
+response. The coordinator runtime (coordinator/runtime.py) does the rest: it appends the
+records, waits until they are durable, calls :meth:`replay` for each (the state changes only
+there), answers, writes the markers of ``result.markers`` and then the result of
+:meth:`markers_written` the same way; it calls :meth:`abort_pending` when an append surely
+failed. Loading after a restart is :meth:`replay` of the whole log, then markers for
+:meth:`in_doubt`. A result with no records sets no pending transition and is answered at once.
 
 While a transition is pending, other requests for the transactional id are answered
-CONCURRENT_TRANSACTIONS. The broker calls :meth:`expire_timed_out` periodically (Kafka: every
+CONCURRENT_TRANSACTIONS. The runtime calls :meth:`expire_timed_out` periodically (Kafka: every
 10 s) and :meth:`expire_transactional_ids` rarely (Kafka: hourly).
 
 Transaction version 0/1 semantics only (the epoch does not change at EndTxn), since onceflow
@@ -35,7 +28,7 @@ from typing import TypeVar
 from kio.schema.errors import ErrorCode
 
 from onceflow.clock import Clock
-from onceflow.coordinator_result import CoordinatorResult, MarkerJob, Record
+from onceflow.coordinator.result import CoordinatorResult, MarkerJob, Record, TopicPartition
 from onceflow.protocol.api_key import ApiKey
 from onceflow.txn.coordinator_errors import (
     IllegalTransitionError,
@@ -47,7 +40,6 @@ from onceflow.txn.transaction_log import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     ProducerIdBlockKey,
-    TopicPartition,
     decode_key,
     decode_producer_id_block_value,
     decode_value,
@@ -427,20 +419,6 @@ class TransactionCoordinator:
             if meta.txn_last_update_timestamp <= now - self._expiration_ms:
                 results.append(self._pending_result(meta.prepare_dead(), ErrorCode.none))
         return results
-
-    def force_abort(self, transactional_id: str) -> CoordinatorResult[ErrorCode]:
-        """An operator's abort of a hanging transaction: fence its producer and abort, as a
-        timeout would. Prepare* is already decided: CONCURRENT_TRANSACTIONS; nothing open:
-        INVALID_TXN_STATE."""
-        current = self._txns.get(transactional_id)
-        if current is None:
-            return CoordinatorResult([], ErrorCode.transactional_id_not_found)
-        if transactional_id in self._pending or current.state.is_prepare:
-            return CoordinatorResult([], ErrorCode.concurrent_transactions)
-        if current.state is not TransactionState.ONGOING:
-            return CoordinatorResult([], ErrorCode.invalid_txn_state)
-        target = current.prepare_fence_and_abort(self._clock())
-        return self._pending_result(target, ErrorCode.none, markers=self._marker_job(target))
 
     # -- the log ----------------------------------------------------------------------------
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onceflow.coordinator_schema import (
+from onceflow.coordinator.result import TopicPartition
+from onceflow.coordinator.schema import (
     INT8,
     INT16,
     INT32,
@@ -48,8 +49,6 @@ LAST_PRODUCER_EPOCH_TAG = 0x4F46
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from onceflow.coordinator.result import TopicPartition
 from onceflow.txn.coordinator_errors import IllegalTransitionError, TransactionLogReplayError
-from onceflow.txn.transaction_log import (
-    NO_PRODUCER_EPOCH,
-    TopicPartition,
-    TransactionLogValue,
-)
+from onceflow.txn.transaction_log import NO_PRODUCER_EPOCH, TransactionLogValue
 from onceflow.txn.transaction_state import TransactionState, is_valid_transition
 
 MAX_PRODUCER_EPOCH = 2**15 - 1

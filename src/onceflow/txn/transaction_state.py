@@ -27,10 +27,6 @@ class TransactionState(IntEnum):
         return _KAFKA_NAMES[self]
 
     @property
-    def valid_previous_states(self) -> frozenset[TransactionState]:
-        return VALID_PREVIOUS_STATES[self]
-
-    @property
     def is_expiration_allowed(self) -> bool:
         """An idle transactional id may expire only when no transaction is open or finishing."""
         return self in _EXPIRATION_ALLOWED
@@ -39,10 +35,6 @@ class TransactionState(IntEnum):
     def is_prepare(self) -> bool:
         """PrepareCommit/PrepareAbort: the decision is durable, markers may still be missing."""
         return self in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
-
-    @property
-    def is_complete(self) -> bool:
-        return self in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT)
 
     @classmethod
     def from_name(cls, name: str) -> TransactionState | None:

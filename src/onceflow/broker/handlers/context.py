@@ -17,14 +17,14 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.partition import Partition
+from onceflow.broker.security import BrokerSecurity
 from onceflow.broker.topics import TopicRegistry
-from onceflow.broker.transactions import Transactions
 from onceflow.clock import Clock
+from onceflow.coordinator.coordinators import Coordinators
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.log.partition_log import PartitionLog
 from onceflow.metrics.counters import NO_COUNTERS, BrokerCounters
 from onceflow.protocol.messages import Request
-from onceflow.security.broker_security import BrokerSecurity
 from onceflow.txn.coordinator import TransactionCoordinator
 
 # The versions of each implemented API, by key: what ApiVersions advertises.
@@ -47,7 +47,7 @@ class PartitionLookup(Protocol):
 
 
 @dataclass(frozen=True)
-class Durability:
+class GroupCommit:
     """The group commit as handlers use it: start a round for what they appended (readers are
     woken when it completes), or wait for one, and the error a write answers when its round
     could not make it durable."""
@@ -81,7 +81,7 @@ class DataContext:
     config: BrokerConfig
     topics: TopicRegistry
     transaction_checks: TransactionCoordinator  # KIP-890 verification of transactional produce
-    durability: Durability
+    durability: GroupCommit
     clock: Clock
     metrics: BrokerCounters = NO_COUNTERS  # BrokerTopicMetrics, counted by Produce
 
@@ -101,7 +101,7 @@ class TxnContext:
     coordinator's offset commit made inside a transaction, hence the groups' context."""
 
     coordinator: TransactionCoordinator
-    driver: Transactions  # runs the coordinator's results: log, durability, markers
+    driver: Coordinators  # runs the coordinators' results: log, durability, markers
     groups: GroupsContext
 
 

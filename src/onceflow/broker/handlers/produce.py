@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.durability import PartitionsNotDurableError
-from onceflow.broker.faults import crash_point, delay_point
 from onceflow.broker.handlers.context import DataContext
 from onceflow.broker.handlers.responses import build_from, response_classes
 from onceflow.broker.partition import append_records_to_leader
+from onceflow.fault_points import crash_point, delay_point
 from onceflow.protocol.entities import build, has_field, sibling
 from onceflow.records.batch import transactional_header
 from onceflow.records.validation import AppendRefused

@@ -26,12 +26,12 @@ from onceflow.broker.handlers.responses import (
     response_classes,
 )
 from onceflow.broker.handlers.slices import SLICED_ABOVE, Work, in_slices, run_now, run_sliced
-from onceflow.broker.transactions import (
+from onceflow.coordinator.coordinators import (
     HELD_REQUEST_TIMEOUT_S,
     OFFSETS_TOPIC,
     CoordinatorUnavailableError,
 )
-from onceflow.coordinator_result import CoordinatorResult
+from onceflow.coordinator.result import CoordinatorResult
 from onceflow.protocol.entities import build
 from onceflow.security import authorization as auth
 from onceflow.txn.coordinator import InitProducerIdResponse, TxnDescription, error_for_version

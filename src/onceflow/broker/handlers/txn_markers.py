@@ -1,7 +1,7 @@
 """WriteTxnMarkers (27): write COMMIT/ABORT markers to partitions on request.
 
 In Kafka the transaction coordinator sends it to partition leaders; onceflow's coordinator writes
-its markers in-process (broker/transactions.py), so here it serves the admin path: Kafka's
+its markers in-process (coordinator/coordinators.py), so here it serves the admin path: Kafka's
 `kafka-transactions.sh abort` (and `onceflow transactions abort --topic --partition
 --start-offset`) uses it to close a hanging transaction on a partition. As Kafka's handler: each
 partition gets its own error, the markers are appended in request order, and the answer is sent

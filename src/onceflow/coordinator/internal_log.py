@@ -7,10 +7,11 @@ restart replays the same records, so recovery is not a second code path.
 As in Kafka, both logs are `cleanup.policy=compact` topics (keys are the coordinator record
 keys, a None value is a tombstone) and the broker's log cleaner compacts them while it runs, so
 a load replays about the live state plus the active segment, not every record ever written.
-Each log is therefore a `Partition`: its producer state and aborted-transaction index are what
-the cleaner's transaction rules need (the offsets log holds TxnOffsetCommit batches and their
-markers), and its segments roll at `offsets.topic.segment.bytes` /
-`transaction.state.log.segment.bytes` so that there are closed segments to clean.
+Each log is therefore a partition (the broker opens it and hands it here): its producer state
+and aborted-transaction index are what the cleaner's transaction rules need (the offsets log
+holds TxnOffsetCommit batches and their markers), and its segments roll at
+`offsets.topic.segment.bytes` / `transaction.state.log.segment.bytes` so that there are closed
+segments to clean.
 
 A compacted log replays to the state of the whole log: for each key the cleaner keeps the last
 record below its clean point and every record after it, a suffix of that key's history, so
@@ -25,13 +26,11 @@ import os
 import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Protocol
 
-from onceflow.broker.durability import GroupCommitter
-from onceflow.broker.partition import Partition
 from onceflow.clock import Clock
-from onceflow.log.config import LogConfig
 from onceflow.log.partition_log import PartitionLog, fsync_dir
-from onceflow.records.batch import iter_batches
+from onceflow.records.batch import BatchHeader, iter_batches
 from onceflow.records.builder import build_batch
 from onceflow.records.control import build_marker
 from onceflow.records.record import DecodedBatch, iter_decoded_batches
@@ -47,21 +46,29 @@ def internal_log_configs(segment_bytes: int) -> dict[str, str]:
     return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
 
 
-class CoordinatorLog:
-    def __init__(
-        self,
-        topic: str,
-        directory: Path,
-        config: LogConfig,
-        committer: GroupCommitter,
-        clock: Clock,
-        producer_id_expiration_ms: int,
-    ) -> None:
-        _finish_legacy_rewrite(directory)
-        self.partition = Partition.open(
-            topic, 0, directory, config, clock, producer_id_expiration_ms
-        )
-        self.committer = committer
+class InternalPartition(Protocol):
+    """The partition an internal log is written to, as the broker opened it."""
+
+    @property
+    def log(self) -> PartitionLog: ...
+
+    def after_append(self, headers: list[BatchHeader]) -> None:
+        """Record the appended batches in the producer state."""
+        ...
+
+    def append_coordinator_marker(self, data: bytes, commit: bool, coordinator_epoch: int) -> None:
+        """Append a marker the transaction coordinator decided, without producer checks."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class InternalLog:
+    """A coordinator's log as the broker writes it (the runtime's `CoordinatorLog` is the
+    interface the runtime appends through; coordinators.py adapts this class to it)."""
+
+    def __init__(self, partition: InternalPartition, clock: Clock) -> None:
+        self.partition = partition
         self.clock = clock
 
     @property
@@ -94,9 +101,6 @@ class CoordinatorLog:
         data = build_marker(producer_id, producer_epoch, commit, coordinator_epoch, self.clock())
         self.partition.append_coordinator_marker(data, commit, coordinator_epoch)
 
-    async def durable(self) -> None:
-        await self.committer.wait_durable([self.log])
-
     def batches(self) -> Iterator[DecodedBatch]:
         """Every batch from the start of the log, decoded, for loading."""
         for data in self.log.read_batches_bytes(self.log.log_start_offset):
@@ -106,7 +110,7 @@ class CoordinatorLog:
         self.partition.close()
 
 
-def _finish_legacy_rewrite(directory: Path) -> None:
+def finish_legacy_rewrite(directory: Path) -> None:
     """A data directory of an older broker, which rewrote these logs at start into
     `<dir>.rewritten` and swapped it in through `<dir>.replaced`: after a crash in between, the
     new log replaces the old one once the old one was moved aside (it was complete by then);

@@ -17,7 +17,7 @@ LIST_OFFSETS = 2
 READ_COMMITTED = 1
 LATEST = -1
 
-QUIET = logging.getLogger("tests.tools.librdkafka")
+QUIET = logging.getLogger("tests.cli.librdkafka")
 QUIET.addHandler(logging.NullHandler())
 QUIET.propagate = False
 

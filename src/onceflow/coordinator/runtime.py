@@ -10,7 +10,7 @@ are written again after MARKER_RETRY_S while the transaction is still Prepare*; 
 held at most HELD_REQUEST_TIMEOUT_S. Loading after a restart replays the same records.
 
 It is written against small interfaces, in continuation style so that both worlds can run it:
-the asyncio broker (broker/transactions.py) and the deterministic simulation
+the asyncio broker (coordinator/coordinators.py) and the deterministic simulation
 (simulation/broker.py, a single-threaded event scheduler) each implement `CoordinatorLog`,
 `Durability`, `MarkerWriter` and `Timer`; the coordinator tests use in-memory ones.
 """
@@ -24,10 +24,10 @@ from typing import Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.faults import crash_point, raise_point
-from onceflow.broker.log_limit import RateLimitedLog
-from onceflow.coordinator_result import CoordinatorResult, MarkerJob, Record
+from onceflow.coordinator.result import CoordinatorResult, MarkerJob, Record
+from onceflow.fault_points import crash_point, raise_point
 from onceflow.groups.coordinator import GroupCoordinator
+from onceflow.rate_limited_log import RateLimitedLog
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.records.record import DecodedBatch
 from onceflow.txn.coordinator import OFFSETS_TOPIC, TransactionCoordinator

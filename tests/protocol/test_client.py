@@ -36,8 +36,8 @@ from onceflow.protocol.client import (
 from onceflow.protocol.entities import build, sibling
 from onceflow.protocol.messages import encode_response, parse_request
 from tests.admin_requests import init_producer_id
+from tests.cli.open_transactions import QUIET, dead_address, last_stable_offset, open_transaction
 from tests.confluent import create_topic
-from tests.tools.open_transactions import QUIET, dead_address, last_stable_offset, open_transaction
 from tests.waiting import wait_for
 
 API_VERSIONS, METADATA = ApiKey.API_VERSIONS, ApiKey.METADATA

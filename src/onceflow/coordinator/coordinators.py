@@ -1,25 +1,25 @@
-"""The coordinators at work in the asyncio broker: the coordinator runtime's interfaces over
-the broker's logs, its group commit and its event loop.
+"""Both coordinators (transactions and groups) at work in the asyncio broker: the coordinator
+runtime's interfaces over the broker's logs, its group commit and its event loop.
 
-The driving itself (append -> durable -> replay -> answer -> markers -> Complete*, marker
-retries, the held-request bound) is `onceflow.coordinator_runtime`, which the deterministic
-simulation runs too; here are only the asyncio side of it and the handlers' entry points.
-After a restart the log is replayed and every transaction found in Prepare* gets its markers
-(again): PrepareCommit is the point of no return.
+The broker hands `Coordinators` its collaborators, each as a narrow interface (the two internal
+logs, the partitions markers go to, a wait until logs are durable, what a storage error does),
+never itself. The driving (append -> durable -> replay -> answer -> markers -> Complete*,
+marker retries, the held-request bound) is `onceflow.coordinator.runtime`, which the
+deterministic simulation runs too; here are only the asyncio side of it and the handlers'
+entry points. After a restart the log is replayed and every transaction found in Prepare* gets
+its markers (again): PrepareCommit is the point of no return.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
-from onceflow.broker.coordinator_log import CoordinatorLog
-from onceflow.broker.durability import until_durable
-from onceflow.broker.faults import delay_point
-from onceflow.broker.storage_failure import halt_on_storage_error
-from onceflow.coordinator_result import MarkerJob, Record
-from onceflow.coordinator_runtime import (
+from onceflow.clock import Clock
+from onceflow.coordinator.internal_log import InternalLog
+from onceflow.coordinator.result import CoordinatorResult, MarkerJob, Record
+from onceflow.coordinator.runtime import (
     HELD_REQUEST_TIMEOUT_S,
     MARKER_RETRY_S,
     BatchProducer,
@@ -28,23 +28,17 @@ from onceflow.coordinator_runtime import (
     Durable,
     records_of,
 )
-from onceflow.txn.coordinator import (
-    OFFSETS_TOPIC,
-    TRANSACTION_STATE_TOPIC,
-    CoordinatorResult,
-    TransactionCoordinator,
-)
-
-if TYPE_CHECKING:
-    from onceflow.broker.server import Broker
-    from onceflow.log.partition_log import PartitionLog
+from onceflow.fault_points import delay_point
+from onceflow.groups.coordinator import GroupCoordinator
+from onceflow.log.partition_log import PartitionLog
+from onceflow.txn.coordinator import OFFSETS_TOPIC, TransactionCoordinator
 
 __all__ = [
     "HELD_REQUEST_TIMEOUT_S",
     "MARKER_RETRY_S",
     "OFFSETS_TOPIC",
     "CoordinatorUnavailableError",
-    "Transactions",
+    "Coordinators",
 ]
 
 T = TypeVar("T")
@@ -54,7 +48,7 @@ class _Log:
     """A coordinator's log as the runtime appends to it; a position is the log itself (a
     group-commit wait covers everything appended before it)."""
 
-    def __init__(self, log: CoordinatorLog) -> None:
+    def __init__(self, log: InternalLog) -> None:
         self._log = log
 
     def append(self, records: Sequence[Record], producer: BatchProducer) -> PartitionLog:
@@ -73,14 +67,44 @@ class _Log:
         return self._log.log
 
 
+class MarkedPartition(Protocol):
+    """A topic's partition, as a transaction's marker reaches it."""
+
+    @property
+    def log(self) -> PartitionLog: ...
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        timestamp: int,
+    ) -> None:
+        """Append a COMMIT/ABORT marker; raises TxnError (nothing written) if refused."""
+        ...
+
+
+class Partitions(Protocol):
+    """The topics' partitions (the broker's topic registry)."""
+
+    def partition(self, name: str, index: int) -> MarkedPartition | None: ...
+
+
+# Wait until every log is durable, retrying what could not be prepared (EMFILE); the logs
+# closed meanwhile (a deleted topic) are given up and returned (broker/durability.py).
+UntilDurable = Callable[[Sequence[PartitionLog]], Awaitable[dict[PartitionLog, Exception]]]
+
+
 class _Partitions:
     """The topics' partitions, as the markers reach them."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, partitions: Partitions, clock: Clock) -> None:
+        self._partitions = partitions
+        self._clock = clock
 
     def append_marker(self, topic: str, index: int, job: MarkerJob) -> PartitionLog | None:
-        partition = self._broker.topics.partition(topic, index)
+        partition = self._partitions.partition(topic, index)
         if partition is None:
             return None
         partition.append_marker(
@@ -88,7 +112,7 @@ class _Partitions:
             job.producer_epoch,
             job.commit,
             job.coordinator_epoch,
-            self._broker.clock(),
+            self._clock(),
         )
         return partition.log
 
@@ -96,8 +120,8 @@ class _Partitions:
 class _EventLoop:
     """Durability, timers and tasks on the running event loop; all cancelled by stop()."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, until_durable: UntilDurable) -> None:
+        self._until_durable = until_durable
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
 
@@ -106,7 +130,7 @@ class _EventLoop:
     ) -> None:
         # A round that could not prepare a log (EMFILE) is retried (until_durable): the state
         # must follow records once written; a log closed meanwhile (a deleted topic) is given up.
-        task = self._start(until_durable(self._broker.committer, positions))
+        task = self._start(self._until_durable(positions))
 
         def done(task: asyncio.Task[Any]) -> None:
             if task.cancelled():
@@ -157,26 +181,38 @@ class _EventLoop:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-class Transactions:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        config = broker.config
-        self.log = broker.internal_log(
-            TRANSACTION_STATE_TOPIC, config.transaction_state_log_segment_bytes
-        )
-        self.coordinator = TransactionCoordinator(
-            broker.clock, transaction_max_timeout_ms=config.transaction_max_timeout_ms
-        )
-        self._loop = _EventLoop(broker)
+class Coordinators:
+    """The transaction and group coordinators driven by one CoordinatorRuntime on the event
+    loop: the handlers' entry points (run, write_offsets, pending_markers) and the broker's
+    (load, complete_in_doubt, the timeout tick, stop)."""
+
+    def __init__(
+        self,
+        coordinator: TransactionCoordinator,
+        groups: GroupCoordinator,
+        *,
+        transaction_log: InternalLog,
+        offsets_log: InternalLog,
+        partitions: Partitions,
+        until_durable: UntilDurable,
+        on_error: Callable[[BaseException | None], None],
+        clock: Clock,
+        cleanup_interval_ms: int,
+    ) -> None:
+        self._transaction_log = transaction_log
+        self.transaction_coordinator = coordinator
+        # transaction.abort.timed.out.transaction.cleanup.interval.ms
+        self._cleanup_interval_ms = cleanup_interval_ms
+        self._loop = _EventLoop(until_durable)
         self.runtime = CoordinatorRuntime(
-            self.coordinator,
-            broker.groups,
-            transaction_log=_Log(self.log),
-            offsets_log=_Log(broker.offsets_log),
-            partitions=_Partitions(broker),
+            coordinator,
+            groups,
+            transaction_log=_Log(transaction_log),
+            offsets_log=_Log(offsets_log),
+            partitions=_Partitions(partitions, clock),
             durability=self._loop,
             timer=self._loop,
-            on_error=halt_on_storage_error,
+            on_error=on_error,
         )
         # KIP-890: is this partition in the producer's ongoing transaction? (TxnOffsetCommit)
         self.verify_partition = self.runtime.verify_partition
@@ -185,7 +221,7 @@ class Transactions:
 
     def load(self) -> None:
         """Replay the transaction log (compacted by the log cleaner while the broker runs)."""
-        self.runtime.load_transactions(records_of(self.log.batches()))
+        self.runtime.load_transactions(records_of(self._transaction_log.batches()))
 
     def complete_in_doubt(self) -> None:
         """Drive transactions found in PrepareCommit/PrepareAbort to completion."""
@@ -242,18 +278,17 @@ class Transactions:
 
     def timeout_delay(self) -> float:
         """transaction.abort.timed.out.transaction.cleanup.interval.ms, in seconds."""
-        config = self.broker.config
-        return config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
+        return self._cleanup_interval_ms / 1000
 
     async def timeout_tick(self) -> None:
         """Abort transactions past their timeout; expire idle transactional ids. The broker
-        runs it every timeout_delay() seconds, supervised (server.Broker._every)."""
+        runs it every timeout_delay() seconds, supervised."""
         self.runtime.expire()
 
     async def stop(self) -> None:
         self.runtime.stop()
         await self._loop.stop()
-        self.log.close()
+        self._transaction_log.close()
 
 
 def _future() -> asyncio.Future[Any]:

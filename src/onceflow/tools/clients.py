@@ -16,16 +16,16 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from onceflow.cli.errors import (
+from onceflow.client_properties import load_client_properties
+from onceflow.kafka_errors import kafka_error_code
+from onceflow.librdkafka_log import QUIET
+from onceflow.tools.errors import (
     BrokerUnreachableError,
     CliError,
     TopicNotFoundError,
     UsageError,
     kafka_error_text,
 )
-from onceflow.client_properties import load_client_properties
-from onceflow.kafka_errors import kafka_error_code
-from onceflow.librdkafka_log import QUIET
 
 # Short on purpose: a tool pointed at the wrong address should say so in seconds.
 CONNECT_TIMEOUT_S = 5.0

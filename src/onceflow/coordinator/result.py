@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from onceflow.txn.transaction_log import TopicPartition
-
+# A partition of a topic, as the coordinators name it (Kafka's TopicPartition).
+TopicPartition = tuple[str, int]
 # A record of a coordinator log: key and value (None value = tombstone).
 Record = tuple[bytes, bytes | None]
 T = TypeVar("T")
@@ -45,4 +45,4 @@ class CoordinatorResult(Generic[T]):
     transactional_id: str | None = None
 
 
-__all__ = ["CoordinatorResult", "MarkerJob", "Record"]
+__all__ = ["CoordinatorResult", "MarkerJob", "Record", "TopicPartition"]

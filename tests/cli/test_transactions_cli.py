@@ -19,11 +19,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from typer.testing import CliRunner
 
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.cli.errors import OnceflowGroup
+from onceflow.cli.root_group import OnceflowGroup
 from onceflow.cli.transactions import transactions_app
 from onceflow.protocol.client import KafkaClient
+from tests.cli.open_transactions import QUIET, dead_address, last_stable_offset, open_transaction
 from tests.confluent import create_topic
-from tests.tools.open_transactions import QUIET, dead_address, last_stable_offset, open_transaction
 from tests.waiting import wait_for
 
 
@@ -416,7 +416,7 @@ def test_unreachable_broker_is_one_line(args: list[str]) -> None:
 def test_as_a_process_errors_are_one_line_without_traceback() -> None:
     """Outside CliRunner too: a real process, real stderr, exit status 1."""
     address = dead_address()
-    code = "from tests.tools.test_transactions_cli import APP; APP(prog_name='onceflow')"
+    code = "from tests.cli.test_transactions_cli import APP; APP(prog_name='onceflow')"
     process = subprocess.run(
         [sys.executable, "-c", code, "transactions", "list", "--bootstrap-server", address],
         cwd=Path(__file__).resolve().parents[2],
