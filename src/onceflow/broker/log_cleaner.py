@@ -51,13 +51,13 @@ from onceflow.compaction import (
 )
 from onceflow.compaction.cleanable import LogToClean
 from onceflow.fault_points import crash_point, delay_point
+from onceflow.log.aborted_index import AbortedTxn, encode_entries
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import DescriptorsExhaustedError, LogClosedError, SegmentsChangedError
 from onceflow.log.file_handles import EXHAUSTION_ERRNOS, file_handles
 from onceflow.log.full_disk import check_space
 from onceflow.log.segment import Segment
 from onceflow.log.swap import CleanedSegmentWriter
-from onceflow.txn.aborted_index import AbortedTxn, encode_entries
 
 if TYPE_CHECKING:
     from onceflow.broker.partition import Partition

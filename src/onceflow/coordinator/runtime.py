@@ -27,11 +27,11 @@ from kio.schema.errors import ErrorCode
 from onceflow.coordinator.result import CoordinatorResult, MarkerJob, Record
 from onceflow.fault_points import crash_point, raise_point
 from onceflow.groups.coordinator import GroupCoordinator
+from onceflow.log.producer_errors import TxnError, TxnIndexStorageError
 from onceflow.rate_limited_log import RateLimitedLog
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.records.record import DecodedBatch
 from onceflow.txn.coordinator import OFFSETS_TOPIC, TransactionCoordinator
-from onceflow.txn.errors import TxnError, TxnIndexStorageError
 
 log = logging.getLogger(__name__)
 _marker_errors = RateLimitedLog(log)
