@@ -155,6 +155,10 @@ class VerifyError(RuntimeError):
     """The run could not be carried out (not an anomaly: the harness or the setup failed)."""
 
 
+# The disk fault's tmpfs per minute of run (over twice what a run with every fault wrote).
+DISK_MB_PER_MINUTE = 32
+
+
 @dataclass(frozen=True)
 class VerifyOptions(ClientCounts):
     duration_s: float = 60.0
@@ -167,7 +171,7 @@ class VerifyOptions(ClientCounts):
     nodes: int = 3
     kafka_settings: tuple[tuple[str, str], ...] = ()
     work_dir: Path | None = None  # kept; by default a temporary one, kept only on anomalies
-    disk_size_mb: int = 256
+    disk_size_mb: int | None = None  # the disk fault's tmpfs; None: sized by the duration
     calm_s: tuple[float, float] = (1.0, 4.0)
     workload: str = DEFAULT  # or COMPACTED
     mirror: bool = False  # a target broker and the mirror pipeline (embedded only)
@@ -175,6 +179,15 @@ class VerifyOptions(ClientCounts):
     @property
     def embedded(self) -> bool:
         return self.bootstrap is None and self.apache_kafka is None
+
+    @property
+    def disk_mb(self) -> int:
+        """The disk fault's filesystem: room for the whole run's data (the checker reads it all
+        back, so nothing may be deleted), about 13 MB a minute with every fault; a fixed 256 MB
+        filled up after 20 minutes and the broker could no longer start."""
+        if self.disk_size_mb is not None:
+            return self.disk_size_mb
+        return max(256, int(self.duration_s / 60 * DISK_MB_PER_MINUTE))
 
     @property
     def managed(self) -> bool:
@@ -286,7 +299,7 @@ def run_verify(
             data_dir = work_dir / "data"
             if DISK in kinds:
                 try:
-                    disk = SmallDisk.mount(work_dir / "disk", options.disk_size_mb)
+                    disk = SmallDisk.mount(work_dir / "disk", options.disk_mb)
                     data_dir = disk.path / "data"
                 except DiskUnavailableError as e:
                     disk = SimulatedFullDisk(work_dir / "full-disk.flag")
