@@ -52,6 +52,25 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 # the workers) right after the database committed this batch and before Spark's commit log
 # records it.
 CRASH_AFTER_COMMIT_ENV = "ONCEFLOW_SQL_CRASH_AFTER_COMMIT"
+# Test hook: a directory where a file `fail-task-TABLE` makes one task writing TABLE fail
+# right after its rows are staged (committed in staging) and before it reports them.
+FAULT_DIR_ENV = "ONCEFLOW_SQL_FAULT_DIR"
+
+
+class InjectedTaskFault(RuntimeError):
+    """Raised on purpose by one task (FAULT_DIR_ENV)."""
+
+
+def _fail_once_after_staging(table: str) -> None:
+    directory = os.environ.get(FAULT_DIR_ENV)
+    if not directory:
+        return
+    trigger = Path(directory) / f"fail-task-{table}"
+    try:
+        trigger.rename(trigger.with_suffix(".fired"))  # one task wins the rename
+    except FileNotFoundError:
+        return
+    raise InjectedTaskFault(f"task writing {table} fails once after staging its rows")
 
 
 @dataclass(frozen=True)
@@ -141,6 +160,7 @@ def _stage(
                 yield rows[start : start + STAGE_CHUNK]
 
     rows = stage_rows(options.url, tables, query_id, batch_id, partition, writer, chunks())
+    _fail_once_after_staging(options.table)
     return StagedTask(writer, query_id, partition, attempt, rows)
 
 
