@@ -209,6 +209,24 @@ def batch_end_offsets(checkpoint: str | None, batch_id: int) -> Positions:
     return positions
 
 
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def kill_driver() -> None:
+    """SIGKILL the driver: the JVM's process group (the JVM and the Python driver that launched
+    it) and this worker's own (PySpark's daemon puts its workers in a group of their own)."""
+    pid = os.getpid()
+    while pid > 1:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"org.apache.spark.deploy.SparkSubmit" in cmdline:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+            break
+        pid = _parent(pid)
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
 class SqlStreamWriter(DataSourceStreamArrowWriter):
     """Streaming append (`mode=append`; with `keys`, the table's primary key, so that the
     database itself would refuse a row twice) or upsert on keys (`mode=upsert`, Spark's update
@@ -249,7 +267,7 @@ class SqlStreamWriter(DataSourceStreamArrowWriter):
         if moved is None:
             log.info("onceflow-sql: batch %d was already committed: nothing changed", batchId)
         if os.environ.get(CRASH_AFTER_COMMIT_ENV) == str(batchId):
-            os.killpg(os.getpgrp(), signal.SIGKILL)
+            kill_driver()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("onceflow-sql: batch %d aborted; its staged rows are never moved", batchId)

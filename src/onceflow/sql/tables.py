@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection, Engine
 MARKS_TABLE = "onceflow_sql_marks"
 POSITIONS_TABLE = "onceflow_sql_positions"
 STAGING_SUFFIX = "__onceflow_staging"
+CREATE_LOCK_KEY = 0x6F6E6365  # "once": the advisory lock that serializes table creation
 
 # The staging table's own columns: which query, batch, task (partition) and task attempt
 # (`writer`, a token each attempt makes) wrote a row. Only the attempts whose commit messages
@@ -122,10 +123,21 @@ class SinkTables:
         return self.metadata.tables[POSITIONS_TABLE]
 
     def create(self, engine: Engine) -> None:
-        """Create what is missing; check that an existing target has the DataFrame's columns."""
-        with engine.begin() as conn:
-            self.metadata.create_all(conn, checkfirst=True)
-            self._check_target(conn)
+        """Create what is missing; check that an existing target has the DataFrame's columns.
+
+        Queries starting together race to create the shared tables: PostgreSQL serializes them
+        on an advisory lock; on SQLite the loser of the race tries again."""
+        for attempt in range(3):
+            try:
+                with engine.begin() as conn:
+                    if conn.dialect.name == "postgresql":
+                        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(CREATE_LOCK_KEY)))
+                    self.metadata.create_all(conn, checkfirst=True)
+                    self._check_target(conn)
+                return
+            except sa.exc.OperationalError:
+                if attempt == 2:
+                    raise
 
     def __getstate__(self) -> dict:
         # the cached SQLAlchemy objects stay in the process that made them
