@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "onceflow"
 RANKS = [
     ["clock", "json_lines", "coordinator_schema", "librdkafka_log", "kafka_errors"],
     ["records"],
-    ["protocol", "client_properties", "lazy_clients", "offset_lookup"],
+    ["protocol", "client_properties", "lazy_clients", "offset_lookup", "sql"],
     ["log", "coordinator_result"],
     ["txn"],
     ["compaction", "groups", "security"],
