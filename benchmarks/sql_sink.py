@@ -47,7 +47,7 @@ def plain_writer(url: str, table: str):
                     rows = batch.to_pylist()
                     if rows:
                         conn.execute(target.insert(), rows)
-            yield pa.RecordBatch.from_arrays([pa.array([0])], ["n"])
+            yield pa.RecordBatch.from_arrays([pa.array([0], pa.int32())], ["n"])
 
         df.mapInArrow(insert, "n int").collect()
 
@@ -82,9 +82,8 @@ def main() -> None:
 def run(args: argparse.Namespace, bootstrap: str, url: str, root: Path) -> None:
     import sqlalchemy as sa
 
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic("in", args.partitions, 1)]
-    )["in"].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures need it alive
+    admin.create_topics([NewTopic("in", args.partitions, 1)])["in"].result(30)
     produce_records(bootstrap, "in", args.records, b"x" * args.size)
     spark = register(local_session(cores=2, app_name="bench-sql"))
     spark.sparkContext.setLogLevel("ERROR")
@@ -114,8 +113,7 @@ def run(args: argparse.Namespace, bootstrap: str, url: str, root: Path) -> None:
                     conn.execute(
                         sa.text(
                             f'CREATE TABLE {table} (topic text, "partition" int, "offset" bigint,'
-                            ' key bytea, value bytea, "timestamp" timestamptz,'
-                            ' PRIMARY KEY (topic, "partition", "offset"))'
+                            ' key bytea, value bytea, "timestamp" timestamptz)'
                         )
                     )
                 writer = df.writeStream.foreachBatch(plain_writer(url, table))
