@@ -10,7 +10,10 @@ after a database commit.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
+
+from pyspark.sql.streaming import StreamingQuery
 
 import onceflow.spark
 from onceflow.pipelines import copy_topic, wordcount
@@ -22,23 +25,35 @@ def checkpoint(checkpoints: Path, index: int, table: str) -> Path:
     return checkpoints / str(index) / table
 
 
+def first_trigger(query: StreamingQuery, timeout: float = 120) -> None:
+    """Wait until `query` has run a trigger, ended, or `timeout` passed (then go on)."""
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def main(bootstrap: str, checkpoints: Path, targets: list[str]) -> int:
     spark = onceflow.spark.local_session(cores=2, app_name="sql-driver-job")
     spark.sparkContext.setLogLevel("ERROR")
-    queries = [
-        module.start(
-            spark,
-            bootstrap=bootstrap,
-            input_topic="sentences",
-            output_topic="",
-            checkpoint=str(checkpoint(checkpoints, i, table)),
-            max_offsets_per_trigger=50,
-            sink_url=url,
-            table=table,
+    queries = []
+    for i, (table, url) in enumerate(t.split("=", 1) for t in targets):
+        if queries:
+            # a fresh session's first streaming Python source starts alone (see
+            # copy_job.first_batch_done): concurrent starts race in Spark, and on a loaded
+            # machine a second runner can time out connecting back
+            first_trigger(queries[0])
+        queries.append(
+            PIPELINES[table].start(
+                spark,
+                bootstrap=bootstrap,
+                input_topic="sentences",
+                output_topic="",
+                checkpoint=str(checkpoint(checkpoints, i, table)),
+                max_offsets_per_trigger=50,
+                sink_url=url,
+                table=table,
+            )
         )
-        for i, (table, url) in enumerate(t.split("=", 1) for t in targets)
-        for module in [PIPELINES[table]]
-    ]
     for query in queries:
         query.processAllAvailable()
     for query in queries:

@@ -20,6 +20,7 @@ from onceflow.spark.sql_sink import FAULT_DIR_ENV
 from onceflow.sql.positions import read_positions
 from tests.spark.kafka_io import create_topic, produce
 from tests.spark.postgres import PostgresServer
+from tests.spark.sql_driver_job import first_trigger
 from tests.spark.sql_runs import (
     WholeBatchReader,
     check_events,
@@ -34,19 +35,23 @@ PIPELINES = {"word_counts": wordcount, "events": copy_topic}
 
 
 def _start_all(spark: SparkSession, bootstrap: str, url: str, checkpoints: Path) -> list:
-    return [
-        module.start(
-            spark,
-            bootstrap=bootstrap,
-            input_topic="sentences",
-            output_topic="",
-            checkpoint=str(checkpoints / table),
-            max_offsets_per_trigger=50,
-            sink_url=url,
-            table=table,
+    queries: list[StreamingQuery] = []
+    for table, module in PIPELINES.items():
+        if queries:
+            first_trigger(queries[0])  # as sql_driver_job: a fresh session's first starts alone
+        queries.append(
+            module.start(
+                spark,
+                bootstrap=bootstrap,
+                input_topic="sentences",
+                output_topic="",
+                checkpoint=str(checkpoints / table),
+                max_offsets_per_trigger=50,
+                sink_url=url,
+                table=table,
+            )
         )
-        for table, module in PIPELINES.items()
-    ]
+    return queries
 
 
 def _run_to_end(start: Callable[[], list[StreamingQuery]], retries: int = 3) -> None:
