@@ -14,8 +14,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.pipelines.session import PipelineOptions
-from onceflow.spark.sql_sink import SQL_FORMAT, register
-from onceflow.sql.positions import read_positions, to_spark_starting_offsets
+
+# onceflow.sql (SQLAlchemy, psycopg) is imported only when a pipeline writes to a database:
+# the Kafka-only pipelines run on nodes without those packages.
 
 
 def add_sql_arguments(p: argparse.ArgumentParser, table: str) -> None:
@@ -49,6 +50,8 @@ def topic_partitions(options: PipelineOptions, topic: str) -> list[tuple[str, in
 def starting_offsets(options: PipelineOptions, url: str, pipeline: str) -> str:
     """'earliest', or the database's positions when the checkpoint has none (Spark's
     checkpoint, when there is one, decides where a query resumes)."""
+    from onceflow.sql.positions import read_positions, to_spark_starting_offsets
+
     if has_offsets(options.checkpoint):
         return "earliest"
     positions = read_positions(url, pipeline, [options.input_topic])
@@ -72,6 +75,8 @@ def start_sql_sink(
     accumulate: Sequence[str] = (),
     output_mode: str = "append",
 ) -> StreamingQuery:
+    from onceflow.spark.sql_sink import SQL_FORMAT, register
+
     register(df.sparkSession)
     writer = (
         df.writeStream.format(SQL_FORMAT)
