@@ -41,7 +41,7 @@ RANKS: list[list[str]] = [
         "coordinator.result",
     ],
     ["records", "security.scram"],
-    ["protocol", "client_properties", "lazy_clients", "offset_lookup"],
+    ["protocol", "client_properties", "lazy_clients", "offset_lookup", "sql"],
     ["tools"],
     ["log"],
     ["txn"],

@@ -12,6 +12,8 @@ from pyspark.sql import SparkSession
 import onceflow.spark
 from onceflow.spark.at_least_once import close_producers
 from onceflow.spark.mark_readers import close_all
+from onceflow.spark.sql_sink import FAULT_DIR_ENV
+from tests.spark.postgres import PostgresServer, require_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,6 +24,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
     )
+    # the onceflow-sql sink's task-fault hook: the workers inherit it from the session's JVM
+    os.environ[FAULT_DIR_ENV] = str(tmp_path_factory.mktemp("sql-faults"))
     session = onceflow.spark.local_session(
         cores=2,
         max_failures=4,
@@ -54,3 +58,22 @@ def _drop_cached_clients() -> Iterator[None]:
     yield
     close_all()
     close_producers(timeout_s=1)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session's onceflow-sql tests (a database each)."""
+    server = PostgresServer(require_postgres())
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database: a SQLite file, or a new database on the session's PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'sink.db'}"
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.new_database(request.node.name)

@@ -21,6 +21,7 @@ from onceflow.pipelines.session import (
     pipeline,
     run_pipeline,
 )
+from onceflow.pipelines.sql_output import add_sql_arguments, sql_source, start_sql_sink
 
 Transform = Callable[[bytes | None, bytes | None], tuple[bytes | None, bytes | None] | None]
 
@@ -60,20 +61,51 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="copy", description=__doc__.splitlines()[0])
     add_common_arguments(p, input_topic=None, output_topic=None)
     p.add_argument("--transform", default=None, help="package.module:function")
+    add_sql_arguments(p, table="events")
+    for action in p._actions:  # with --sink-url there is no output topic (checked in main)
+        if action.dest == "output_topic":
+            action.required = False
     return p
+
+
+EVENT_COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp")
 
 
 @pipeline
 def start(
-    spark: SparkSession, options: PipelineOptions, transform: str | None = None
+    spark: SparkSession,
+    options: PipelineOptions,
+    transform: str | None = None,
+    sink_url: str | None = None,
+    table: str = "events",
 ) -> StreamingQuery:
-    """The input topic's records (through `transform`) into the output topic."""
+    """The input topic's records (through `transform`) into the output topic (or, with
+    `sink_url`, appended to a database table keyed by topic, partition and offset)."""
+    if sink_url:
+        if transform is not None:
+            raise ValueError("--transform applies to a topic output only")
+        events = sql_source(spark, options, sink_url, table).select(*EVENT_COLUMNS)
+        return start_sql_sink(
+            events, options, sink_url, table, mode="append", keys=("topic", "partition", "offset")
+        )
     return options.start_sink(transformed(options.source(spark), transform))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    run_pipeline(start, "onceflow-copy", args, transform=args.transform)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.output_topic is None and args.sink_url is None:
+        p.error("one of --output and --sink-url is required")
+    if args.output_topic is None:
+        args.output_topic = ""  # unused: the rows go to the database
+    run_pipeline(
+        start,
+        "onceflow-copy",
+        args,
+        transform=args.transform,
+        sink_url=args.sink_url,
+        table=args.table,
+    )
 
 
 if __name__ == "__main__":

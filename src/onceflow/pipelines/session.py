@@ -130,14 +130,15 @@ class PipelineOptions:
             streaming=True,
         )
 
-    def source(self, spark: SparkSession) -> DataFrame:
-        """The input topic from its earliest offsets, read_committed."""
+    def source(self, spark: SparkSession, starting: str = "earliest") -> DataFrame:
+        """The input topic from its earliest offsets (or `starting`: Spark's startingOffsets,
+        for a new query only), read_committed."""
         reader = (
             spark.readStream.format("onceflow")
             .option("kafka.bootstrap.servers", self.bootstrap)
             .options(**self.kafka_options())
             .option("subscribe", self.input_topic)
-            .option("startingOffsets", "earliest")
+            .option("startingOffsets", starting)
         )
         if self.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -27,7 +30,10 @@ from onceflow.pipelines.session import (
     pipeline,
     run_pipeline,
 )
+from onceflow.pipelines.sql_output import add_sql_arguments, sql_source, start_sql_sink
 from onceflow.spark import exactly_once_writer
+
+WORD = re.compile(r"[^a-z0-9']+")
 
 
 def word_counts(lines: DataFrame) -> DataFrame:
@@ -36,6 +42,26 @@ def word_counts(lines: DataFrame) -> DataFrame:
     ).where(F.col("word") != "")
     counts = words.groupBy("word").count()
     return counts.select(F.col("word").alias("key"), F.col("count").cast("string").alias("value"))
+
+
+def word_increments(lines: DataFrame) -> DataFrame:
+    """(word, count) of each task's sentences: no Spark state, so the counts in a database
+    (each batch's increments added once, by the onceflow-sql sink) survive a lost checkpoint."""
+
+    def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        counts: Counter[str] = Counter()
+        for batch in batches:
+            for value in batch.column(0).to_pylist():
+                if value is not None:
+                    text = value.decode("utf-8", "replace").lower()
+                    counts.update(w for w in WORD.split(text) if w)
+        words = sorted(counts)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(words, pa.string()), pa.array([counts[w] for w in words], pa.int64())],
+            ["word", "count"],
+        )
+
+    return lines.select("value").mapInArrow(count, "word string, count long")
 
 
 def _crash_after(batch_id: int) -> Callable[[int], None]:
@@ -47,8 +73,25 @@ def _crash_after(batch_id: int) -> Callable[[int], None]:
 
 
 @pipeline
-def start(spark: SparkSession, options: PipelineOptions) -> StreamingQuery:
-    """Running word counts of the input topic's sentences into the output topic."""
+def start(
+    spark: SparkSession,
+    options: PipelineOptions,
+    sink_url: str | None = None,
+    table: str = "word_counts",
+) -> StreamingQuery:
+    """Running word counts of the input topic's sentences into the output topic (or, with
+    `sink_url`, into a database table of word -> count, exact at every moment)."""
+    if sink_url:
+        lines = sql_source(spark, options, sink_url, table)
+        return start_sql_sink(
+            word_increments(lines),
+            options,
+            sink_url,
+            table,
+            mode="upsert",
+            keys=("word",),
+            accumulate=("count",),
+        )
     prefix = options.prefix or f"wordcount.{options.output_topic}"
     write = exactly_once_writer(
         options.bootstrap, options.output_topic, prefix, exactly_once=options.exactly_once
@@ -73,11 +116,13 @@ def start(spark: SparkSession, options: PipelineOptions) -> StreamingQuery:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wordcount", description=__doc__.splitlines()[0])
     add_common_arguments(p, input_topic="sentences", output_topic="word-counts")
+    add_sql_arguments(p, table="word_counts")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    run_pipeline(start, "onceflow-wordcount", parser().parse_args(argv))
+    args = parser().parse_args(argv)
+    run_pipeline(start, "onceflow-wordcount", args, sink_url=args.sink_url, table=args.table)
 
 
 if __name__ == "__main__":
