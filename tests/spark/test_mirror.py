@@ -130,6 +130,7 @@ def test_at_least_once_mirror_fails_the_same_check(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # its own waits add up to 450 s (two driver processes start)
 def test_driver_sigkilled_mid_stream_then_restarted(
     clusters: tuple[EmbeddedBroker, EmbeddedBroker], tmp_path: Path
 ) -> None:
