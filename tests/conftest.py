@@ -82,6 +82,19 @@ def bootstrap(session_broker: EmbeddedBroker) -> str:
     return session_broker.bootstrap
 
 
+@pytest.fixture(scope="module")
+def kip848_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """A broker for KIP-848 groups, one per module: heartbeats every 500 ms (Kafka's default is
+    5 s), since each step of a rebalance is a heartbeat."""
+    broker = EmbeddedBroker(
+        tmp_path_factory.mktemp("kip848"),
+        settings={"group.consumer.heartbeat.interval.ms": "500"},
+    )
+    broker.start()
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture
 def make_broker(tmp_path: Path) -> Iterator[Callable[..., EmbeddedBroker]]:
     """Start brokers owned by one test (for kill -9 and restart tests)."""

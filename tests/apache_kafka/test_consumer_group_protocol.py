@@ -10,11 +10,8 @@ import json
 import subprocess
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
@@ -25,17 +22,6 @@ from tests.waiting import wait_for
 
 PARTITIONS = 4
 TIMEOUT_S = 120.0  # JVMs start slowly on a shared 2-core machine
-
-
-@pytest.fixture(scope="module")
-def kip848_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    broker = EmbeddedBroker(
-        Path(tmp_path_factory.mktemp("kip848-java")),
-        settings={"group.consumer.heartbeat.interval.ms": "500"},
-    )
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 class VerifiableConsumer:

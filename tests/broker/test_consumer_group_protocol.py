@@ -5,10 +5,8 @@ committed under member epochs, and the same inside transactions (sendOffsetsToTr
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from onceflow.broker.embedded import EmbeddedBroker
@@ -16,18 +14,6 @@ from onceflow.cli.consumer_group_admin import describe_consumer_group
 from tests.confluent import QUIET, create_topic, produce, transactional_producer
 from tests.eos.checker import read_back
 from tests.waiting import wait_for
-
-
-@pytest.fixture(scope="module")
-def kip848_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    # Heartbeats every 500 ms (Kafka's default is 5 s): each step of a rebalance is a heartbeat.
-    broker = EmbeddedBroker(
-        Path(tmp_path_factory.mktemp("kip848")),
-        settings={"group.consumer.heartbeat.interval.ms": "500"},
-    )
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 class Member:
