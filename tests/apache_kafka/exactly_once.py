@@ -17,22 +17,37 @@ TXN_TIMEOUT_S = 60.0
 
 
 def transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": transactional_id,
-            "linger.ms": 5,
-            # Longer than a leader's failover (broker.session.timeout.ms, 9 s) plus its election.
-            "transaction.timeout.ms": 60000,
-            "message.timeout.ms": 60000,
-            # librdkafka waits this long on a request to a paused (SIGSTOPped) coordinator
-            # before it asks for the new one; its default, 60 s, outlasts the transaction.
-            "socket.timeout.ms": 10000,
-            **QUIET,
-        }
-    )
-    producer.init_transactions(TXN_TIMEOUT_S)
-    return producer
+    """A producer after init_transactions, asked again until TXN_TIMEOUT_S while it fails:
+    with a partition's leader just killed, the coordinator still completing the previous
+    producer's transaction answers CONCURRENT_TRANSACTIONS until its markers are written. A
+    producer whose error is fatal is made again, as librdkafka asks."""
+    deadline = time.monotonic() + TXN_TIMEOUT_S
+    while True:
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": transactional_id,
+                "linger.ms": 5,
+                # Longer than a leader's failover (broker.session.timeout.ms, 9 s) plus its
+                # election.
+                "transaction.timeout.ms": 60000,
+                "message.timeout.ms": 60000,
+                # librdkafka waits this long on a request to a paused (SIGSTOPped) coordinator
+                # before it asks for the new one; its default, 60 s, outlasts the transaction.
+                "socket.timeout.ms": 10000,
+                **QUIET,
+            }
+        )
+        while True:
+            try:
+                producer.init_transactions(max(1.0, deadline - time.monotonic()))
+                return producer
+            except KafkaException as e:
+                if time.monotonic() >= deadline:
+                    raise
+                if e.args[0].fatal():
+                    break
+                time.sleep(0.2)  # the coordinator's markers take a moment: do not spin
 
 
 def _retrying(what: str, call: Callable[[], None], deadline: float) -> None:

@@ -7,7 +7,6 @@ each brings its own input, its own faults and its own check of the output."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -18,6 +17,7 @@ from confluent_kafka import KafkaException
 
 from onceflow.apache_kafka import KafkaCluster
 from tests.apache_kafka.exactly_once import transactional_producer, write_transaction
+from tests.process_group import kill_process_group
 from tests.waiting import wait_for
 
 from .conftest import ROOT
@@ -167,8 +167,7 @@ class PipelineRun:
                 )
             self._wait_mid_batch(write_input)
         finally:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(30)
+            kill_process_group(driver)
 
     def _wait_mid_batch(self, write_input: WriteInput, attempts: int = 3) -> None:
         """More input, until a batch is caught part-written (a small batch can finish between
@@ -188,6 +187,4 @@ class PipelineRun:
         try:
             assert finish.wait(timeout_s) == 0, self.log_tail()
         finally:
-            if finish.poll() is None:
-                os.killpg(finish.pid, signal.SIGKILL)
-                finish.wait(30)
+            kill_process_group(finish)

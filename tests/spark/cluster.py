@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pyspark
 
+from tests.process_group import kill_process_group
 from tests.waiting import wait_for
 
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -215,9 +216,7 @@ def submitted(
     try:
         yield job
     finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(30)
+        kill_process_group(job)
 
 
 def wait_success(job: subprocess.Popen[bytes], log: Path, timeout: float) -> None:

@@ -7,6 +7,7 @@ node (no offset for 10 s a call); Kafka's own AdminClient refreshes its metadata
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from onceflow.apache_kafka import KafkaCluster
 from onceflow.spark.options import SourceOptions
@@ -40,6 +41,34 @@ def test_latest_offsets_are_found_after_the_leader_moves(kafka_cluster3: KafkaCl
         second = cluster.leader(topic)
         cluster.kill(second)
         cluster.wait_for_leader(topic, not_on=[second])
+        assert offsets.latest([tp]) == {tp: 10}
+    finally:
+        offsets.close_clients()
+
+
+def test_latest_offsets_asked_while_the_leader_is_dead_come_within_one_attempt(
+    kafka_cluster3: KafkaCluster,
+) -> None:
+    """Asked right after the leader's SIGKILL, before another is elected (a micro-batch's
+    latestOffset in the middle of a broker failure): one attempt of the look-up (no
+    fetchOffset retries) answers once the election is done. A ListOffsets call waiting out the
+    whole request timeout on the dead leader used that attempt up: the Spark-on-Kafka copy
+    failed so, every attempt spent on a dead node (CI, Kafka 4.4)."""
+    cluster = kafka_cluster3
+    topic = f"dead-leader-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, 1)
+    produce(cluster.bootstrap_servers, topic, [b"v%d" % i for i in range(10)], **QUIET)
+    parsed = SourceOptions.parse(
+        {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": topic},
+        streaming=True,
+    )
+    # One attempt: its 60 s (Kafka's default.api.timeout.ms) far longer than a KRaft election
+    # (broker.session.timeout.ms 9 s), so that only the way the window is used can fail this.
+    offsets = TopicOffsets(replace(parsed, fetch_offset_retries=0, api_timeout_s=60.0))
+    tp = (topic, 0)
+    try:
+        assert offsets.latest([tp]) == {tp: 10}  # the client caches the leader
+        cluster.kill(cluster.leader(topic))
         assert offsets.latest([tp]) == {tp: 10}
     finally:
         offsets.close_clients()

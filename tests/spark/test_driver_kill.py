@@ -4,12 +4,13 @@ checkpoint: the exactly-once output is exact; the plain sink's has duplicates.""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.process_group import kill_process_group
 
 from .conftest import ROOT
 from .copy_job import check_output
@@ -67,14 +68,12 @@ def test_driver_sigkill_mid_stream_then_restart(
     try:
         wait_mid_batch(checkpoints / "plain", bootstrap, plain_out, 0, 180)
     finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait(30)
+        kill_process_group(driver)
 
     again = _start(bootstrap, source, checkpoints, "finish", log)
     try:
         assert again.wait(240) == 0, _failure(log.read_text())
     finally:
-        if again.poll() is None:
-            os.killpg(again.pid, signal.SIGKILL)
+        kill_process_group(again)
     check_output(read_values(bootstrap, eos_out), values, exactly_once=True)
     check_output(read_values(bootstrap, plain_out), values, exactly_once=False)

@@ -4,10 +4,8 @@ the checkpoint is deleted; the same check catches the plain at-least-once mirror
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +26,7 @@ from onceflow.mirror.replication_policy import (
     subscription_pattern,
 )
 from onceflow.pipelines import mirror
+from tests.process_group import kill_process_group
 from tests.waiting import wait_for
 
 from .kafka_io import add_partitions, create_topic
@@ -154,16 +153,14 @@ def test_driver_sigkilled_mid_stream_then_restarted(
         )
         assert driver.poll() is None
     finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait(30)
+        kill_process_group(driver)
     assert not caught_up(orders, dst, "source.orders"), "killed too late to test anything"
     orders.write(100)
     again = mirror_driver(src, dst, checkpoint, log, "--until-caught-up", *groups)
     try:
         assert again.wait(240) == 0, log.read_text()[-3000:]
     finally:
-        if again.poll() is None:
-            os.killpg(again.pid, signal.SIGKILL)
+        kill_process_group(again)
     check_mirrored(orders, dst, "source.orders")
     assert "records/s, lag: orders=" in log.read_text()
     # translated by the killed driver or the final pass of the new one (its index rebuilt from
@@ -221,8 +218,7 @@ def test_a_record_too_large_for_the_target_stops_the_driver_in_one_line(
     try:
         assert driver.wait(300) == 1, log.read_text()[-3000:]
     finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
+        kill_process_group(driver)
     output = log.read_text()
     last = output.strip().splitlines()[-1]
     assert re.fullmatch(

@@ -10,8 +10,6 @@ restarted on its data."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 import uuid
@@ -31,6 +29,7 @@ from confluent_kafka.admin import (
 from onceflow.apache_kafka import KafkaCluster
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.confluent import QUIET
+from tests.process_group import kill_process_group
 from tests.waiting import wait_for
 
 from .kafka_io import end_offsets
@@ -66,9 +65,7 @@ def driver_log(log: Path) -> str:
 
 def kill_driver(driver: subprocess.Popen) -> None:
     """SIGKILL the driver with its JVM and Python workers (its own process group)."""
-    if driver.poll() is None:
-        os.killpg(driver.pid, signal.SIGKILL)
-    driver.wait(30)
+    kill_process_group(driver)
 
 
 def mirrored(dst: str, alias: str, topic: str, partitions: int) -> int:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.spark.sql_sink import CRASH_AFTER_COMMIT_ENV
+from tests.process_group import kill_process_group
 from tests.spark.kafka_io import create_topic, produce
 from tests.spark.postgres import PostgresServer
 from tests.spark.sql_driver_job import checkpoint
@@ -51,9 +52,7 @@ def _run(bootstrap: str, checkpoints: Path, targets: list[str], log: Path, crash
     try:
         return driver.wait(300)
     finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(30)
+        kill_process_group(driver)
 
 
 def _marks(url: str) -> dict[str, int]:

@@ -22,13 +22,14 @@ OPTIONS = {
 
 
 def lookup(
-    answers: list[dict[int, int]], retries: int = 3, request_timeout_s: float = 30.0
+    answers: list[dict[int, int]], retries: int = 3, api_timeout_s: float = 60.0
 ) -> TopicOffsets:
     options = SourceOptions.parse(
         {**OPTIONS, "fetchOffset.numRetries": str(retries)}, streaming=True
     )
-    offsets = TopicOffsets(dataclasses.replace(options, request_timeout_s=request_timeout_s))
-    offsets.admin = ScriptedAdmin(answers)  # type: ignore[assignment]
+    offsets = TopicOffsets(dataclasses.replace(options, api_timeout_s=api_timeout_s))
+    admin = ScriptedAdmin(answers)  # every client made after a failed answer: the same script
+    offsets.make_admin = lambda: admin  # type: ignore[method-assign,assignment,return-value]
     return offsets
 
 
@@ -40,7 +41,7 @@ def test_an_offset_left_unset_is_fetched_again() -> None:
 
 def test_offsets_left_unset_through_every_retry_fail_the_lookup() -> None:
     # (with no time to wait for a restarting broker, each attempt is one answer)
-    offsets = lookup([{0: UNSET}] * 3, retries=2, request_timeout_s=0)
+    offsets = lookup([{0: UNSET}] * 3, retries=2, api_timeout_s=0)
     with pytest.raises(OffsetLookupError):
         offsets.latest([("t", 0)])
 
@@ -54,9 +55,8 @@ def test_latest_offset_of_the_stream_never_comes_from_an_unset_answer() -> None:
     """The micro-batch after a broker restart: the end planned covers the rest of the input."""
     options = SourceOptions.parse({**OPTIONS, "fetchOffset.numRetries": "3"}, streaming=True)
     reader = OnceflowStreamReader(options)
-    reader.lookup.admin = ScriptedAdmin(  # type: ignore[assignment]
-        [{0: UNSET}, {0: UNSET}, {0: 2998}]
-    )
+    admin = ScriptedAdmin([{0: UNSET}, {0: UNSET}, {0: 2998}])
+    reader.lookup.make_admin = lambda: admin  # type: ignore[method-assign,assignment,return-value]
     reader.lookup.partitions = lambda: [("t", 0)]  # type: ignore[method-assign]
     end = reader.latestOffset({"t": {"0": 2496}}, reader.getDefaultReadLimit())
     assert end == {"t": {"0": 2998}}
@@ -72,9 +72,26 @@ def test_report_latest_offset_asks_nothing_of_the_broker() -> None:
     while a broker restarted. It reports what latestOffset found."""
     options = SourceOptions.parse(OPTIONS, streaming=True)
     reader = OnceflowStreamReader(options)
-    reader.lookup.admin = ScriptedAdmin([{0: 2998}])  # type: ignore[assignment]
+    admin = ScriptedAdmin([{0: 2998}])
+    reader.lookup.make_admin = lambda: admin  # type: ignore[method-assign,assignment,return-value]
     reader.lookup.partitions = lambda: [("t", 0)]  # type: ignore[method-assign]
     assert reader.reportLatestOffset() is None
     reader.latestOffset({"t": {"0": 2496}}, reader.getDefaultReadLimit())
     assert reader.reportLatestOffset() == {"t": {"0": 2998}}
     assert reader.lookup.admin.calls == 1
+
+
+def test_an_answer_without_an_offset_is_asked_again_of_a_new_client() -> None:
+    """librdkafka's client that asked a SIGKILLed leader went on answering no offset; a new
+    one learns the leaders afresh."""
+    offsets = lookup([{0: UNSET}, {0: UNSET}, {0: 2998}], retries=0)
+    made = []
+    scripted = offsets.make_admin
+
+    def make_admin() -> object:
+        made.append(1)
+        return scripted()
+
+    offsets.make_admin = make_admin  # type: ignore[method-assign,assignment]
+    assert offsets.latest([("t", 0)]) == {("t", 0): 2998}
+    assert len(made) == 3

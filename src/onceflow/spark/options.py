@@ -176,6 +176,9 @@ class SourceOptions:
     fetch_offset_retries: int = 3
     fetch_offset_retry_interval_ms: int = 1_000
     request_timeout_s: float = 30.0
+    # Kafka's default.api.timeout.ms: how long one attempt of a look-up waits out a
+    # restarting broker (Spark's source asks the Java AdminClient, which retries so long)
+    api_timeout_s: float = 60.0
 
     @property
     def isolation_level(self) -> str:

@@ -50,11 +50,17 @@ _TRANSIENT_CODES = frozenset(
     }
 )
 _TRANSIENT_BACKOFF_S = 0.1
-# Answers that say the admin client's metadata is stale: a leader moved, or the one it asks is
-# gone (no offset in the answer). Kafka's AdminClient refreshes its metadata on these;
-# librdkafka's keeps the cached leader and epoch (FENCED_LEADER_EPOCH for over 15 s, and no
-# offset for 10 s a call from a SIGKILLed leader, measured on Kafka 4.4) until a Metadata
-# request of the topic updates its cache.
+# One ListOffsets or metadata call's timeout within an attempt's api_timeout_s. librdkafka's
+# AdminClient sends a partition's ListOffsets to its cached leader and, when that leader was
+# SIGKILLed, answers no offset only once the call's timeout has run out: with 30 s calls one
+# dead leader used up every attempt of a micro-batch's look-up (the query failed, Kafka 4.4).
+# Short calls, each answer without an offset followed by a new client, find the new leader
+# seconds after the election.
+_CALL_TIMEOUT_S = 5.0
+# Answers that say the admin client's metadata is stale: a leader moved. Kafka's AdminClient
+# refreshes its metadata on these; librdkafka's keeps the cached leader and epoch
+# (FENCED_LEADER_EPOCH for over 15 s, measured on Kafka 4.4) until a Metadata request of the
+# topic updates its cache.
 _STALE_METADATA_CODES = frozenset(
     {
         KafkaError.FENCED_LEADER_EPOCH,
@@ -70,7 +76,7 @@ def _transient(exc: Exception) -> bool:
 
 
 def _stale_metadata(exc: Exception) -> bool:
-    return isinstance(exc, IncompleteAnswerError) or kafka_error_code(exc) in _STALE_METADATA_CODES
+    return kafka_error_code(exc) in _STALE_METADATA_CODES
 
 
 class TopicAuthorizationError(PermissionError):
@@ -90,12 +96,20 @@ class TopicOffsets(HoldsClients):
 
     @client_property
     def admin(self) -> AdminClient:
+        return self.make_admin()
+
+    def make_admin(self) -> AdminClient:
+        """A new AdminClient (the first, and each one after an answer without an offset)."""
         conf = {k: v for k, v in self.options.client.items() if k not in _CONSUMER_ONLY}
         return AdminClient(conf)
 
+    @property
+    def _call_timeout_s(self) -> float:
+        return min(_CALL_TIMEOUT_S, self.options.request_timeout_s)
+
     def _retrying(self, what: str, call: Callable[[], _T]) -> _T:
         """`call`, again after a failure. A broker restarting (no leader, a lost connection,
-        an answer without an offset) is waited for up to request_timeout_s, as Kafka's
+        an answer without an offset) is waited for up to api_timeout_s, as Kafka's
         AdminClient retries within default.api.timeout.ms; a look-up still failing then, or
         failing otherwise, is one of the fetchOffset.numRetries + 1 attempts, spaced by
         fetchOffset.retryIntervalMs, after which OffsetLookupError."""
@@ -105,7 +119,7 @@ class TopicOffsets(HoldsClients):
                 return retry_transient(
                     call,
                     _transient,
-                    within_s=self.options.request_timeout_s,
+                    within_s=self.options.api_timeout_s,
                     backoff_s=_TRANSIENT_BACKOFF_S,
                     what=what,
                 )
@@ -173,13 +187,15 @@ class TopicOffsets(HoldsClients):
         def lookup() -> PartitionOffsets:
             try:
                 return list_offsets(
-                    self.admin,
-                    wanted,
-                    spec,
-                    isolation=isolation,
-                    timeout_s=self.options.request_timeout_s,
+                    self.admin, wanted, spec, isolation=isolation, timeout_s=self._call_timeout_s
                 )
-            except (KafkaException, IncompleteAnswerError) as exc:
+            except IncompleteAnswerError:
+                # A new client: it learns every leader afresh. After a leader's SIGKILL the
+                # client that asked the dead node went on answering no offset for minutes,
+                # through metadata refreshes, in a Spark driver under load (Kafka 4.4).
+                self.close_clients()
+                raise
+            except KafkaException as exc:
                 if _stale_metadata(exc):
                     self._refresh_metadata({topic for topic, _ in wanted})
                 raise
@@ -198,7 +214,7 @@ class TopicOffsets(HoldsClients):
         """Ask for the topics' metadata, which updates the admin client's cached leaders."""
         for topic in topics:
             try:
-                self.admin.list_topics(topic, timeout=self.options.request_timeout_s)
+                self.admin.list_topics(topic, timeout=self._call_timeout_s)
             except KafkaException as exc:
                 log.debug("refreshing the metadata of %s: %s", topic, exc)
 
