@@ -150,8 +150,14 @@ class TransactionMetadata(TransactionLogValue):
 
     def prepare_fence_and_abort(self, now_ms: int) -> TransactionMetadata:
         """Ongoing -> (PrepareEpochFence) -> PrepareAbort at epoch + 1: InitProducerId of a new
-        instance, a transaction timeout, or an operator's abort."""
-        return self.prepare_fence_producer_epoch().prepare_abort_or_commit(False, now_ms)
+        instance, a transaction timeout, or an operator's abort. A version 2 transaction's abort
+        bumps once more, as Kafka's: else the fenced producer's EndTxn would pass for a retry
+        of an EndTxn that bumped the epoch."""
+        fenced = self.prepare_fence_producer_epoch()
+        version = self.client_transaction_version
+        return fenced.prepare_abort_or_commit(
+            False, now_ms, version if supports_epoch_bump(version) else None
+        )
 
     @property
     def is_between_transactions(self) -> bool:
