@@ -77,7 +77,8 @@ def handle_produce(ctx: DataContext, request: Request) -> Any:
     if (
         ctx.add_to_transaction is not None
         and request.api_version >= PRODUCE_ADDS_PARTITIONS_SINCE
-        and request.body.acks in (0, 1, -1)
+        # acks=0 is never transactional (producers refuse it); nothing to answer, nothing added
+        and request.body.acks in (1, -1)
         and _transactional_error(request) is None
     ):
         wanted = _partitions_to_add(ctx, request)
