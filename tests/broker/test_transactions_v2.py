@@ -202,16 +202,21 @@ def test_txn_offset_commit_v5_adds_the_offsets_partition(tv2_broker: EmbeddedBro
     assert [p.error_code for p in topic_answer.partitions] == [ErrorCode.none]
     assert [t.topic for t in producer.describe().topics] == ["__consumer_offsets"]
     assert producer.end(commit=True).error_code == ErrorCode.none
-    with WireClient(tv2_broker.bootstrap) as wire:
-        fetched = wire.request(
-            ApiKey.OFFSET_FETCH,
-            7,
-            group_id=group,
-            topics=(_offset_fetch_topic(topic),),
-            require_stable=True,
-        )
-    [fetched_topic] = fetched.topics
-    assert [p.committed_offset for p in fetched_topic.partitions] == [42]
+
+    def committed() -> list[int]:
+        with WireClient(tv2_broker.bootstrap) as wire:
+            fetched = wire.request(
+                ApiKey.OFFSET_FETCH,
+                7,
+                group_id=group,
+                topics=(_offset_fetch_topic(topic),),
+                require_stable=True,
+            )
+        [fetched_topic] = fetched.topics
+        return [p.committed_offset for p in fetched_topic.partitions]
+
+    # Stable once the commit's markers are written (UNSTABLE_OFFSET_COMMIT and -1 until then).
+    wait_for(lambda: committed() == [42], 30, committed)
 
 
 def _txn_offset_topic(topic: str, partition: int, offset: int) -> Any:
