@@ -22,7 +22,7 @@ from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.protocol.api_key import ApiKey
 from tests.confluent import create_topic, produce
-from tests.eos.checker import read_back
+from tests.eos.checker import read_back, wait_settled
 from tests.waiting import wait_for
 from tests.wire import WireClient
 
@@ -112,6 +112,7 @@ def test_java_copier_on_version_2_is_exact_through_kill_9(
         first.kill()
         if second is not None:
             second.kill()
+    wait_settled(bootstrap, [(sink, 0)])  # the last commit's markers written
     [read] = read_back(bootstrap, [(sink, 0)]).values()
     got = sorted(int(v) for v in read.committed)
     assert got == list(range(3 * PHASE)), (
