@@ -14,7 +14,12 @@ from kio.schema.errors import ErrorCode
 from tests.txn.coordinator_harness import Producer, SimulatedBroker
 
 from onceflow.txn.coordinator import EndTxnResponse
-from onceflow.txn.transaction_log import NO_PRODUCER_ID, decode_value, transaction_record
+from onceflow.txn.transaction_log import (
+    NO_PRODUCER_ID,
+    TransactionLogValue,
+    decode_value,
+    transaction_record,
+)
 from onceflow.txn.transaction_metadata import MAX_PRODUCER_EPOCH
 from onceflow.txn.transaction_state import TransactionState
 
@@ -251,3 +256,22 @@ def test_classic_end_txn_keeps_the_epoch() -> None:
     assert meta is not None
     assert (meta.producer_epoch, meta.client_transaction_version) == (epoch, 0)
     assert broker.add(producer, T0) == {T0: ErrorCode.none}
+
+
+def test_an_old_producer_id_is_no_retry_of_a_classic_transaction() -> None:
+    """The retry of an EndTxn that exhausted the epochs is recognised only in a version 2
+    transaction: after a classic rotation (KIP-360) the old producer id is not the new one's."""
+    broker = SimulatedBroker()
+    value = TransactionLogValue(
+        producer_id=7001,
+        producer_epoch=0,
+        txn_timeout_ms=60_000,
+        state=S.COMPLETE_COMMIT,
+        partitions=frozenset(),
+        txn_last_update_timestamp=broker.clock(),
+        txn_start_timestamp=broker.clock(),
+        previous_producer_id=7000,
+    )
+    broker.coordinator.replay(*transaction_record("classic", value))
+    old = Producer("classic", 7000, MAX_PRODUCER_EPOCH - 1)
+    assert end_v2(broker, old, commit=True).error == ErrorCode.invalid_producer_id_mapping

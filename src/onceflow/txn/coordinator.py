@@ -416,7 +416,8 @@ class TransactionCoordinator:
             )
         state = current.state
         retry_on_overflow = (
-            current.previous_producer_id == producer_id
+            supports_epoch_bump(current.client_transaction_version)
+            and current.previous_producer_id == producer_id
             and producer_epoch == MAX_PRODUCER_EPOCH - 1
             and current.producer_epoch == 0
         )
