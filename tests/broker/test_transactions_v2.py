@@ -23,7 +23,7 @@ from onceflow.protocol.api_key import ApiKey
 from onceflow.records.builder import build_batch
 from tests.confluent import create_topic
 from tests.waiting import wait_for
-from tests.wire import WAIT, WireClient
+from tests.wire import WAIT, WireClient, request_entity
 
 PRODUCE_V2 = 12
 END_TXN_V2 = 5
@@ -242,3 +242,30 @@ def _offset_fetch_topic(topic: str) -> Any:
 
     cls = load_request_schema(ApiKey.OFFSET_FETCH, 7)
     return build(sibling(cls, "OffsetFetchRequestTopic"), name=topic, partition_indexes=(0,))
+
+
+def test_pipelined_first_writes_to_two_partitions_both_join(tv2_broker: EmbeddedBroker) -> None:
+    """Two Produce v12 sent together, each opening the transaction on its partition: the
+    second add waits for the first's (no NOT_ENOUGH_REPLICAS, which costs the client a retry
+    and, for its TxnOffsetCommit, the transaction)."""
+    topic = f"tv2-pipe-{uuid.uuid4().hex[:8]}"
+    create_topic(tv2_broker.bootstrap, topic, partitions=2)
+    producer = Tv2Producer(tv2_broker.bootstrap, f"tv2-{topic}")
+    requests = [
+        request_entity(
+            ApiKey.PRODUCE,
+            PRODUCE_V2,
+            transactional_id=producer.transactional_id,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=WAIT),
+            topic_data=(
+                _topic_data(PRODUCE_V2, topic, p, _batch(producer.producer_id, producer.epoch, 0)),
+            ),
+        )
+        for p in (0, 1)
+    ]
+    ids = [producer.wire.send(r) for r in requests]
+    answers = [producer.wire.receive(r, i) for r, i in zip(requests, ids, strict=True)]
+    errors = [a.responses[0].partition_responses[0].error_code for a in answers]
+    assert errors == [ErrorCode.none, ErrorCode.none]
+    assert sorted(p for t in producer.describe().topics for p in t.partitions) == [0, 1]

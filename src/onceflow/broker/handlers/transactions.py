@@ -51,6 +51,9 @@ ZERO = datetime.timedelta(0)
 # The first versions a transactions version 2 client sends (KIP-890 part 2).
 END_TXN_V2_SINCE = 5
 TXN_OFFSET_COMMIT_V2_SINCE = 5
+# How soon the leader's add looks again while another add of the producer is being written
+# (one fsync of the transaction log: a few milliseconds).
+ADD_RETRY_BACKOFF_S = 0.002
 T = TypeVar("T")
 
 
@@ -327,12 +330,20 @@ async def add_for_leader(
     """Transactions version 2: the partition leader adds a version 2 client's partitions to its
     transaction (Kafka's AddPartitionsToTxn v5 with verifyOnly=false, sent by the leader; one
     node does it in-process), once the id's markers in flight are written. The coordinator's
-    error per partition."""
-    pending = ctx.driver.pending_markers(transactional_id)
-    if pending is not None:
-        done, _ = await asyncio.wait([pending], timeout=HELD_REQUEST_TIMEOUT_S)
-        if not done:
-            return dict.fromkeys(partitions, ErrorCode.concurrent_transactions)
+    error per partition. Another add of the same producer's being written (its Produce and its
+    TxnOffsetCommit travel together) is waited for, a few milliseconds, rather than answered
+    CONCURRENT_TRANSACTIONS, which would abort the producer's transaction."""
+    deadline = asyncio.get_running_loop().time() + HELD_REQUEST_TIMEOUT_S
+    while True:
+        pending = ctx.driver.pending_markers(transactional_id)
+        if pending is not None:
+            done, _ = await asyncio.wait([pending], timeout=HELD_REQUEST_TIMEOUT_S)
+            if not done:
+                return dict.fromkeys(partitions, ErrorCode.concurrent_transactions)
+        busy = ctx.coordinator.has_pending(transactional_id)
+        if not busy or asyncio.get_running_loop().time() >= deadline:
+            break
+        await asyncio.sleep(ADD_RETRY_BACKOFF_S)
     result = ctx.coordinator.add_partitions(
         transactional_id,
         producer_id,
