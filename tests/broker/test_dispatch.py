@@ -36,9 +36,9 @@ ADVERTISED_BEFORE = {
     22: (0, 5),
     24: (0, 3),
     25: (0, 4),
-    26: (0, 4),
+    26: (0, 5),  # v5: transactions version 2 (advertised with transaction.version 2)
     27: (1, 1),
-    28: (0, 4),
+    28: (0, 5),  # v5: transactions version 2 (advertised with transaction.version 2)
     29: (1, 3),
     30: (1, 3),
     31: (1, 3),

@@ -168,12 +168,13 @@ def test_describe_shows_state_epoch_timeout_and_partitions(
 ) -> None:
     open_txn({0: [b"a", b"b"], 1: [b"c"]})
     (row,) = rows(ok("describe", "--transactional-id", txn_id, bootstrap=bootstrap))
-    coordinator, listed_id, producer_id, epoch, state, timeout, start, duration, parts = row
+    coordinator, listed_id, producer_id, epoch, state, timeout, start, duration, parts, tv = row
     assert (listed_id, epoch, state, timeout) == (txn_id, "0", "Ongoing", "300000")
     assert int(producer_id) >= 0 and int(coordinator) >= 0
     assert abs(int(start) - time.time() * 1000) < 60_000
     assert int(duration) >= 0
     assert parts == f"{topic_name}-0,{topic_name}-1"
+    assert tv == "2"  # the coordinator's finalized transaction.version (the default)
 
 
 def test_describe_producers_shows_the_transaction_start(

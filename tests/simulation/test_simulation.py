@@ -67,6 +67,7 @@ def test_seeds(first: int) -> None:
         "timeout-abort",
         "txn-committed",
         "txn-aborted",
+        "txn-committed-v2",
     ):
         assert totals.get(kind, 0) > 0, f"no {kind} in seeds {first}..{first + CHUNK - 1}"
 

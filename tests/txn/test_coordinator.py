@@ -74,7 +74,14 @@ def test_valid_previous_states_table_is_kafkas() -> None:
         S.EMPTY: {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
         S.ONGOING: {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
         S.PREPARE_COMMIT: {S.ONGOING},
-        S.PREPARE_ABORT: {S.ONGOING, S.PREPARE_EPOCH_FENCE},
+        # Kafka 4: a transactions version 2 client may abort what it does not know was begun.
+        S.PREPARE_ABORT: {
+            S.ONGOING,
+            S.PREPARE_EPOCH_FENCE,
+            S.EMPTY,
+            S.COMPLETE_COMMIT,
+            S.COMPLETE_ABORT,
+        },
         S.COMPLETE_COMMIT: {S.PREPARE_COMMIT},
         S.COMPLETE_ABORT: {S.PREPARE_ABORT},
         S.DEAD: {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},

@@ -131,9 +131,19 @@ def test_decodes_kafka_value_v0() -> None:
 def test_unknown_tagged_fields_are_skipped() -> None:
     value = TransactionLogValue(1, 2, 3, S.ONGOING, frozenset({("t", 0)}), 4, 5)
     raw = encode_value(value)
-    # Replace "no tagged fields" by Kafka's NextProducerId (tag 1) and ClientTransactionVersion.
-    tagged = b"\x02" + b"\x01\x08" + struct.pack(">q", 77) + b"\x02\x02" + struct.pack(">h", 1)
+    # Replace "no tagged fields" by a tag Kafka may add later (5).
+    tagged = b"\x01" + b"\x05\x08" + struct.pack(">q", 77)
     assert decode_value(raw[:-1] + tagged) == value
+
+
+def test_kafkas_version_2_tags_are_read_and_written() -> None:
+    """NextProducerId (tag 1) and ClientTransactionVersion (tag 2), as Kafka 4 writes them."""
+    value = TransactionLogValue(1, 2, 3, S.ONGOING, frozenset({("t", 0)}), 4, 5)
+    raw = encode_value(value)
+    tagged = b"\x02" + b"\x01\x08" + struct.pack(">q", 77) + b"\x02\x02" + struct.pack(">h", 2)
+    decoded = decode_value(raw[:-1] + tagged)
+    assert (decoded.next_producer_id, decoded.client_transaction_version) == (77, 2)
+    assert encode_value(decoded) == raw[:-1] + tagged
 
 
 def test_last_producer_epoch_tag_is_outside_kafkas_tags() -> None:

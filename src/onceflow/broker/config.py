@@ -88,6 +88,9 @@ class BrokerConfig:
         "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000
     )
     producer_id_expiration_ms: int = _kafka("producer.id.expiration.ms", 86_400_000)
+    # The finalized level of Kafka's feature transaction.version (kafka-features in Kafka): 2
+    # offers clients transactions version 2 (KIP-890 part 2), 0 or 1 the classic protocol.
+    transaction_version: int = _kafka("transaction.version", 2)
     # Threads that open (recover), create and close partition logs at start, CreateTopics and
     # stop. Kafka's default is 2 (4.0): its threads also do the CPU work; ours mostly wait on
     # fsync (the GIL holds the CPU part to one core), and fsyncs in flight together share
@@ -148,6 +151,10 @@ class BrokerConfig:
             raise ConfigError("setting 'connection.failed.authentication.delay.ms' is negative")
         self.authorizer_enabled()
         self.metrics_address()
+        if self.transaction_version not in (0, 1, 2):
+            raise ConfigError(
+                f"setting 'transaction.version': {self.transaction_version} is not 0, 1 or 2"
+            )
 
     def authorizer_enabled(self) -> bool:
         name = self.authorizer_class_name.strip()

@@ -27,6 +27,7 @@ from onceflow.broker.durability import (
     PartitionsNotDurableError,
     until_durable,
 )
+from onceflow.broker.features import FinalizedFeatures, advertised_apis
 from onceflow.broker.handlers.context import (
     AdminContext,
     DataContext,
@@ -38,6 +39,7 @@ from onceflow.broker.handlers.context import (
     TxnContext,
 )
 from onceflow.broker.handlers.slices import Sliced, Work
+from onceflow.broker.handlers.transactions import add_for_leader
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.malloc import HeapTrimmer
 from onceflow.broker.memory_pool import MemoryPool
@@ -94,6 +96,9 @@ class Broker:
         self.config = config
         self.clock = clock
         self.supported = supported_versions()
+        # transaction.version finalized (features.py); the start time orders the epochs.
+        self.features = FinalizedFeatures(config.transaction_version, int(time.time() * 1000))
+        self.supported = advertised_apis(self.supported, self.features)
         self.cluster_id = open_data_dir(config.data_dir, config.node_id)
         # security hook: listeners, TLS, SASL and the SCRAM credentials (onceflow.security)
         self.security = BrokerSecurity.from_config(config)
@@ -164,6 +169,9 @@ class Broker:
     def _handler_contexts(self) -> HandlerContexts:
         """What each family of handlers is given (handlers/context.py), not the broker."""
         groups = GroupsContext(self.groups, self.topics, self.write_offsets_records)
+        txn = TxnContext(self.coordinators.transaction_coordinator, self.coordinators, groups)
+        # transaction.version 2: Produce v12 adds its partitions to the transaction.
+        adder = partial(add_for_leader, txn) if self.features.transactions_v2 else None
         return HandlerContexts(
             supported=self.supported,
             admin=AdminContext(self.node, self.config, self.topics, self.advertised_endpoint),
@@ -174,6 +182,7 @@ class Broker:
                 GroupCommit(self.make_durable, self.committer.wait_durable, self.not_durable_code),
                 self.clock,
                 metrics=self.counters,
+                add_to_transaction=adder,
             ),
             groups=groups,
             txn=TxnContext(self.coordinators.transaction_coordinator, self.coordinators, groups),

@@ -177,6 +177,9 @@ class Description:
     timeout_ms: int
     start_time_ms: int | None
     partitions: tuple[tuple[str, int], ...]
+    # The coordinator's finalized transaction.version (DescribeTransactions has no field for
+    # the transaction's own): 2 means clients that know it use transactions version 2.
+    transaction_version: int = 0
 
 
 def describe_transactions(client: KafkaClient, ids: list[str]) -> dict[str, Description | None]:
@@ -196,11 +199,12 @@ def describe_transactions(client: KafkaClient, ids: list[str]) -> dict[str, Desc
             connection = client.coordinator_connection(batch[0])
             cls = connection.request_class(ApiKey.DESCRIBE_TRANSACTIONS)
             response = connection.send(build(cls, transactional_ids=tuple(batch)))
+            level = connection.finalized_features.get("transaction.version", 0)
             for state in response.transaction_states:
                 if state.error_code in RETRIABLE_ROUTE_ERRORS:
                     moved.append(state.transactional_id)
                 else:
-                    found[state.transactional_id] = _description(coordinator_id, state)
+                    found[state.transactional_id] = _description(coordinator_id, state, level)
         if not moved:
             return found
         if time.monotonic() >= deadline:
@@ -209,7 +213,9 @@ def describe_transactions(client: KafkaClient, ids: list[str]) -> dict[str, Desc
         pending, refresh = moved, True
 
 
-def _description(coordinator_id: int, state: Any) -> Description | None:
+def _description(
+    coordinator_id: int, state: Any, transaction_version: int = 0
+) -> Description | None:
     if state.error_code == ErrorCode.transactional_id_not_found:
         return None
     if state.error_code != ErrorCode.none:
@@ -229,6 +235,7 @@ def _description(coordinator_id: int, state: Any) -> Description | None:
         timeout_ms=int(state.transaction_timeout.total_seconds() * 1000),
         start_time_ms=start if start >= 0 else None,
         partitions=tuple(sorted((t.topic, p) for t in state.topics for p in t.partitions)),
+        transaction_version=transaction_version,
     )
 
 

@@ -84,6 +84,7 @@ def _print_description(d: Description) -> None:
         "CurrentTransactionStartTimeMs",
         "TransactionDurationMs",
         "TopicPartitions",
+        "TransactionVersion",
     )
     start = d.start_time_ms
     table.add_row(
@@ -96,6 +97,7 @@ def _print_description(d: Description) -> None:
         "None" if start is None else str(start),
         "None" if start is None else str(max(0, _now_ms() - start)),
         ",".join(f"{t}-{p}" for t, p in d.partitions),
+        str(d.transaction_version),
     )
     stdout_console().print(table)
 
@@ -150,7 +152,8 @@ def describe_command(
     bootstrap: str,
     transactional_id: TransactionalId,
 ) -> None:
-    """Show a transactional id's state, producer id and epoch, timeout, start and partitions."""
+    """Show a transactional id's state, producer id and epoch, timeout, start and partitions,
+    and the coordinator's finalized transaction.version (2: transactions version 2)."""
     _require_id(transactional_id)
     with cluster(bootstrap) as client:
         description = describe_transaction(client, transactional_id)

@@ -199,6 +199,8 @@ class BrokerConnection:
         self.request_timeout_s = request_timeout_s
         self.security = security
         self.api_versions: dict[int, tuple[int, int]] = {}
+        # The broker's finalized features by name (ApiVersions v3+, KIP-584): level.
+        self.finalized_features: dict[str, int] = {}
         self._socket: socket.socket | None = None
         self._correlation_id = 0
 
@@ -267,6 +269,9 @@ class BrokerConnection:
             ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
             if response.error_code == ErrorCode.none:
                 self.api_versions = ranges
+                self.finalized_features = {
+                    f.name: f.max_version_level for f in getattr(response, "finalized_features", ())
+                }
                 return
             if (
                 response.error_code != ErrorCode.unsupported_version

@@ -35,7 +35,7 @@ from onceflow.coordinator.runtime import (
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.groups.offsets import OffsetAndMetadata
 from onceflow.log.unified_log import UnifiedLog
-from onceflow.records.batch import iter_batches
+from onceflow.records.batch import iter_batches, transactional_header
 from onceflow.records.builder import build_batch
 from onceflow.records.control import build_marker
 from onceflow.records.validation import AppendRefused
@@ -54,9 +54,11 @@ from onceflow.simulation.storage import SimulatedLog, StoredBatch
 from onceflow.txn.coordinator import (
     OFFSETS_TOPIC,
     CoordinatorResult,
+    EndTxnResponse,
     InitProducerIdResponse,
     TransactionCoordinator,
     error_for_version,
+    produce_error_for_verification,
 )
 
 Reply = Callable[[Answer], None]
@@ -326,6 +328,11 @@ class SimBroker:
         elif isinstance(request, AddOffsets):
             result = coordinator.add_offsets(*request.producer, request.group_id)
             self.run(result, reply, _simple_answer(25), _simple_answer(25))
+        elif isinstance(request, EndTxn) and request.transaction_version >= 2:
+            ended = coordinator.end_transaction(
+                *request.producer, request.commit, request.transaction_version
+            )
+            self.run(ended, reply, _end_txn_answer, lambda e: Answer(e))
         elif isinstance(request, EndTxn):
             result = coordinator.end_txn(*request.producer, request.commit)
             self.run(result, reply, _simple_answer(26), _simple_answer(26))
@@ -348,7 +355,58 @@ class SimBroker:
 
         self.runtime.run(result, lambda response: reply(answer(response)), fail)
 
+    def _add_for_leader(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        tp: TopicPartition,
+        then: Callable[[ErrorCode], None],
+    ) -> None:
+        """Transactions version 2: the leader adds the partition to the producer's transaction
+        (broker/handlers/transactions.add_for_leader; markers in flight answer retriable)."""
+        if self.runtime.markers_in_flight(transactional_id):
+            then(ErrorCode.concurrent_transactions)
+            return
+        result = self.coordinator.add_partitions(
+            transactional_id, producer_id, producer_epoch, [tp], client_transaction_version=2
+        )
+
+        def fail(error: Exception) -> None:
+            if not isinstance(error, CoordinatorUnavailableError):
+                raise error
+            then(error.error_code)
+
+        self.runtime.run(result, lambda errors: then(errors[tp]), fail)
+
     def _produce(self, request: Produce, reply: Reply) -> None:
+        header = transactional_header(request.records)
+        partition = self.partitions[request.partition]
+        if (
+            request.transaction_version >= 2
+            and request.transactional_id
+            and header is not None
+            and header.has_producer_id
+            and partition.needs_verification(header)
+        ):
+
+            def added(error: ErrorCode) -> None:
+                if error != ErrorCode.none:
+                    reply(Answer(produce_error_for_verification(error, 12)))
+                else:
+                    self._append(request, reply)
+
+            self._add_for_leader(
+                request.transactional_id,
+                header.producer_id,
+                header.producer_epoch,
+                request.partition,
+                added,
+            )
+            return
+        self._append(request, reply)
+
+    def _append(self, request: Produce, reply: Reply) -> None:
         partition = self.partitions[request.partition]
         before = partition.log.log_end_offset
         try:
@@ -373,6 +431,19 @@ class SimBroker:
             self.waiters.append(waiter)
 
     def _txn_offset_commit(self, request: TxnOffsetCommit, reply: Reply) -> None:
+        if request.transaction_version >= 2:
+            # TxnOffsetCommit v5: the offsets partition joins the transaction first.
+            def added(error: ErrorCode) -> None:
+                if error != ErrorCode.none:
+                    reply(Answer(error, {tp: error for tp, _ in request.offsets}))
+                else:
+                    self._commit_offsets(request, reply)
+
+            self._add_for_leader(*request.producer, (OFFSETS_TOPIC, 0), added)
+            return
+        self._commit_offsets(request, reply)
+
+    def _commit_offsets(self, request: TxnOffsetCommit, reply: Reply) -> None:
         offsets = {tp: OffsetAndMetadata(offset) for tp, offset in request.offsets}
         if not self.runtime.verify_partition(*request.producer, OFFSETS_TOPIC, 0):
             meta = self.coordinator.get(request.transactional_id)
@@ -457,6 +528,10 @@ def open_partition(tp: TopicPartition, log: SimulatedLog, clock: Clock) -> Unifi
 
 def _raise(error: BaseException) -> None:
     raise error  # nothing may fail in the simulation: a bug
+
+
+def _end_txn_answer(response: EndTxnResponse) -> Answer:
+    return Answer(response.error, (response.producer_id, response.producer_epoch))
 
 
 def _init_answer(response: Any) -> Answer:

@@ -8,7 +8,7 @@ their ABORT marker), and judges what it reads by what the clients know of their 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -64,6 +64,10 @@ class PartitionAudit:
     # (first offset, marker offset) of closed transactions, by marker offset
     closed: list[tuple[int, int]] = field(default_factory=list)
     end: int = 0
+    # Whether a value's writer ends its transactions with an epoch bump (transactions version
+    # 2): its commit marker then carries the epoch after its batches'.
+    bumps: Callable[[int], bool] = lambda _value: False
+    bumping: set[int] = field(default_factory=set)  # producer ids whose open txn bumps
 
     def add(self, stored: StoredBatch) -> None:
         header = stored.header
@@ -86,7 +90,9 @@ class PartitionAudit:
             if txn is None:
                 return
             first, epochs = txn
-            if control == ControlType.COMMIT and epochs != {epoch}:
+            written = epoch - 1 if pid in self.bumping else epoch
+            self.bumping.discard(pid)
+            if control == ControlType.COMMIT and epochs != {written}:
                 raise InvariantViolation(
                     f"{self.tp}: transaction of producer {pid} from offset {first} committed at "
                     f"{header.base_offset} with epoch {epoch} holds batches of epochs "
@@ -103,6 +109,10 @@ class PartitionAudit:
                 )
             self.values[value] = record.offset
         if header.is_transactional:
+            if pid not in self.open and any(
+                self.bumps(decode_value(r.value)) for r in stored.decoded.records
+            ):
+                self.bumping.add(pid)
             first, epochs = self.open.get(pid, (header.base_offset, set()))
             epochs.add(epoch)
             self.open[pid] = (first, epochs)
@@ -119,8 +129,12 @@ class PartitionAudit:
         return min(firsts, default=None)
 
 
-def audit_log(tp: TopicPartition, log: SimulatedLog) -> PartitionAudit:
+def audit_log(
+    tp: TopicPartition, log: SimulatedLog, bumps: Callable[[int], bool] | None = None
+) -> PartitionAudit:
     audit = PartitionAudit(tp, end=log.log_start_offset)
+    if bumps is not None:
+        audit.bumps = bumps
     for stored in log.iter_stored(0):
         audit.add(stored)
     return audit
@@ -231,6 +245,14 @@ class Checker:
         ok = answer.error == ErrorCode.none
         if isinstance(request, TxnOffsetCommit) and request.txn is not None and ok:
             request.txn.offsets_pending = True
+        if isinstance(request, EndTxn) and request.transaction_version >= 2 and ok:
+            # Version 2: the answer hands out the bumped epoch (or the next producer id). A
+            # retried EndTxn presents the epoch before the bump it was answered with.
+            pid, epoch = answer.value
+            self.issued[pid] = max(self.issued.get(pid, -1), epoch)
+            bumped = pid == request.producer_id and epoch == request.producer_epoch + 1
+            if bumped or (pid != request.producer_id and epoch == 0):
+                return  # the bump (or the new producer id) of this very request's epoch
         if isinstance(request, AddPartitions | AddOffsets | TxnOffsetCommit | EndTxn):
             issued = self.issued.get(request.producer_id, -1)
             if answer.error == ErrorCode.none and request.producer_epoch < issued:
@@ -375,7 +397,11 @@ class Checker:
                 )
 
     def rebuild_audits(self, logs: dict[TopicPartition, SimulatedLog]) -> None:
-        self.audits = {tp: audit_log(tp, log) for tp, log in logs.items()}
+        self.audits = {tp: audit_log(tp, log, self._bumps) for tp, log in logs.items()}
+
+    def _bumps(self, value: int) -> bool:
+        info = self.values.get(value)
+        return info is not None and info.txn is not None and info.txn.transaction_version >= 2
         self._checked.clear()
 
     # -- at the end ------------------------------------------------------------------------

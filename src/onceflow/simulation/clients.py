@@ -91,6 +91,8 @@ class ClientState:
     transactional_id: str | None
     group: str | None = None
     unexpected: list[str] = field(default_factory=list)
+    # 2: a transactions version 2 client (KIP-890 part 2), as Kafka's Java producer 4.x
+    transaction_version: int = 0
 
 
 @dataclass
@@ -150,11 +152,20 @@ def transactional_program(
         producer_id, epoch = answer.value
         sequences: dict[TopicPartition, int] = {}
         while not (ctx.stopping or instance.zombie):
-            txn = TxnRecord(len(ctx.checker.txns), txn_id, producer_id, epoch)
+            txn = TxnRecord(
+                len(ctx.checker.txns),
+                txn_id,
+                producer_id,
+                epoch,
+                transaction_version=state.transaction_version,
+            )
             ctx.checker.txns.append(txn)
             instance.current_txn = txn
+            v2 = state.transaction_version
             try:
-                yield from _transaction(ctx, state, txn, producer_id, epoch, sequences, clock)
+                bumped = yield from _transaction(
+                    ctx, state, txn, producer_id, epoch, sequences, clock
+                )
             except Fatal:
                 txn.outcome = "unknown" if txn.commit_sent else "aborted"
                 return
@@ -163,12 +174,19 @@ def transactional_program(
                 if txn.commit_sent:
                     return
                 txn.end_sent = True
-                answer = yield from _call(EndTxn(txn_id, producer_id, epoch, False, txn))
+                answer = yield from _call(EndTxn(txn_id, producer_id, epoch, False, txn, v2))
                 if answer.error != ErrorCode.none:
                     return
-                break  # re-initialize: InitProducerId with the current id and epoch
+                if v2 < 2:
+                    break  # re-initialize: InitProducerId with the current id and epoch
+                bumped = answer.value  # version 2: the abort bumped the epoch
             finally:
                 instance.current_txn = None
+            if bumped is not None and tuple(bumped) != (producer_id, epoch):
+                # Version 2: the next transaction has the new epoch (or producer id), and its
+                # sequences start again from 0.
+                producer_id, epoch = bumped
+                sequences.clear()
         else:
             return
 
@@ -181,18 +199,21 @@ def _transaction(
     epoch: int,
     sequences: dict[TopicPartition, int],
     clock: object,
-) -> Generator[object, Answer, None]:
+) -> Generator[object, Answer, tuple[int, int] | None]:
+    """One transaction; returns the producer id and epoch an EndTxn v5 answered (version 2)."""
     txn_id = txn.transactional_id
     rng = ctx.rng
+    v2 = state.transaction_version
     chosen = rng.sample(ctx.partitions, rng.randint(1, min(3, len(ctx.partitions))))
-    answer = yield from _call(AddPartitions(txn_id, producer_id, epoch, tuple(sorted(chosen))))
-    _check(answer, state, "AddPartitionsToTxn")
+    if v2 < 2:  # version 2: Produce v12 adds each partition
+        answer = yield from _call(AddPartitions(txn_id, producer_id, epoch, tuple(sorted(chosen))))
+        _check(answer, state, "AddPartitionsToTxn")
     for tp in chosen:
         for _ in range(rng.randint(1, 2)):
             values = ctx.batch_values(state.name, tp, txn)
             sequence = sequences.get(tp, 0)
             data = _batch(values, producer_id, epoch, sequence, True, clock())  # type: ignore[operator]
-            answer = yield from _call(Produce(txn_id, tp, data, values))
+            answer = yield from _call(Produce(txn_id, tp, data, values, v2))
             _check(answer, state, f"Produce {tp}")
             sequences[tp] = sequence + len(values)
             for i, value in enumerate(values):
@@ -200,22 +221,26 @@ def _transaction(
                 txn.values.append(value)
     if state.group is not None:
         group = state.group
-        answer = yield from _call(AddOffsets(txn_id, producer_id, epoch, group))
-        _check(answer, state, "AddOffsetsToTxn")
+        if v2 < 2:  # version 2: TxnOffsetCommit v5 adds the offsets partition
+            answer = yield from _call(AddOffsets(txn_id, producer_id, epoch, group))
+            _check(answer, state, "AddOffsetsToTxn")
         offset = ctx.next_input_offset.get(group, 0) + 1
         ctx.next_input_offset[group] = offset
         txn.offsets[group] = offset
         ctx.checker.offset_owner[(group, offset)] = txn
         answer = yield from _call(
-            TxnOffsetCommit(txn_id, producer_id, epoch, group, ((INPUT_PARTITION, offset),), txn)
+            TxnOffsetCommit(
+                txn_id, producer_id, epoch, group, ((INPUT_PARTITION, offset),), txn, v2
+            )
         )
         _check(answer, state, "TxnOffsetCommit")
     commit = rng.random() >= ctx.abort_ratio
     txn.commit_sent = txn.commit_sent or commit
     txn.end_sent = True
-    answer = yield from _call(EndTxn(txn_id, producer_id, epoch, commit, txn))
+    answer = yield from _call(EndTxn(txn_id, producer_id, epoch, commit, txn, v2))
     _check(answer, state, "EndTxn")
     txn.outcome = "committed" if commit else "aborted"
+    return answer.value if v2 >= 2 else None
 
 
 def idempotent_program(

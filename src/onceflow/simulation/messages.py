@@ -29,6 +29,7 @@ class TxnRecord:
     end_sent: bool = False  # EndTxn (either result) was sent
     offsets_pending: bool = False  # TxnOffsetCommit was answered NONE
     outcome: str = "open"  # open | committed | aborted | unknown
+    transaction_version: int = 0  # 2: its EndTxn bumps the epoch (KIP-890 part 2)
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,16 @@ class TxnOffsetCommit(TxnRequest):
     group_id: str
     offsets: tuple[tuple[TopicPartition, int], ...]
     txn: TxnRecord | None = field(default=None, compare=False, repr=False)
+    # 2: TxnOffsetCommit v5 of a transactions version 2 client (adds the offsets partition)
+    transaction_version: int = 0
 
 
 @dataclass(frozen=True)
 class EndTxn(TxnRequest):
     commit: bool
     txn: TxnRecord | None = field(default=None, compare=False, repr=False)
+    # 2: EndTxn v5 (the epoch is bumped; the answer's value is the producer id and epoch)
+    transaction_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,8 @@ class Produce:
     partition: TopicPartition
     records: bytes
     values: tuple[int, ...]
+    # 2: Produce v12 of a transactions version 2 client (the leader adds the partition)
+    transaction_version: int = 0
 
 
 @dataclass(frozen=True)

@@ -169,9 +169,13 @@ class Simulation:
             client_pause=rng.choice([0.0, 0.01, 0.02]) if on else 0.0,
         )
         self.clients: list[ClientState] = []
+        # Which transactional clients speak transactions version 2 (KIP-890 part 2): drawn
+        # apart, so that each seed's workload and faults are those it had before.
+        versions = random.Random(f"transaction.version {seed}")
         for i in range(rng.randint(1, 3)):
             group = f"g{i}" if rng.random() < 0.5 else None
-            self.clients.append(ClientState(f"tx{i}", f"tx{i}", group))
+            version = 2 if versions.random() < 0.5 else 0
+            self.clients.append(ClientState(f"tx{i}", f"tx{i}", group, transaction_version=version))
         for i in range(rng.randint(0, 2)):
             self.clients.append(ClientState(f"idem{i}", None))
         self.instances: list[Instance] = []
@@ -672,6 +676,8 @@ class Simulation:
                 self.checker.check_final_offsets(client.group, committed)
         for txn in self.checker.txns:
             self._count(f"txn-{txn.outcome}")
+            if txn.transaction_version >= 2 and txn.outcome == "committed":
+                self._count("txn-committed-v2")  # transactions version 2 (KIP-890 part 2)
 
     def _quiet(self) -> bool:
         return not self._busy()

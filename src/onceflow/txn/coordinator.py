@@ -14,8 +14,10 @@ While a transition is pending, other requests for the transactional id are answe
 CONCURRENT_TRANSACTIONS. The runtime calls :meth:`expire_timed_out` periodically (Kafka: every
 10 s) and :meth:`expire_transactional_ids` rarely (Kafka: hourly).
 
-Transaction version 0/1 semantics only (the epoch does not change at EndTxn), since onceflow
-does not advertise the ``transaction.version`` feature.
+Transaction versions 0/1 and 2 (KIP-890 part 2), by the version of the client: an EndTxn v5
+(`client_transaction_version` 2) bumps the epoch at every commit or abort and answers the new
+producer id and epoch; a version 2 client's partitions are added by the partition leader
+(`add_partitions` with its version) instead of AddPartitionsToTxn / AddOffsetsToTxn.
 """
 
 from __future__ import annotations
@@ -46,9 +48,11 @@ from onceflow.txn.transaction_log import (
     transaction_record,
 )
 from onceflow.txn.transaction_metadata import (
+    MAX_PRODUCER_EPOCH,
     TransactionMetadata,
     check_replayed_transition,
     is_epoch_exhausted,
+    supports_epoch_bump,
 )
 from onceflow.txn.transaction_state import TransactionState
 
@@ -75,6 +79,16 @@ _PRODUCE_TRANSACTION_ABORTABLE_SINCE = 11
 
 @dataclass(frozen=True)
 class InitProducerIdResponse:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True)
+class EndTxnResponse:
+    """EndTxn's answer; from v5 (transactions version 2) with the producer id and epoch the
+    producer goes on with (the bumped epoch, or a new producer id at epoch 0)."""
+
     error: ErrorCode
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
@@ -248,15 +262,20 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: list[TopicPartition],
         verify_only: bool = False,
+        client_transaction_version: int | None = None,
     ) -> CoordinatorResult[dict[TopicPartition, ErrorCode]]:
         """AddPartitionsToTxn; with ``verify_only`` (v4+, KIP-890) only checks membership:
-        NONE or TRANSACTION_ABORTABLE per partition, and writes nothing."""
+        NONE or TRANSACTION_ABORTABLE per partition, and writes nothing. A version 2 client's
+        partitions are added by the partition leader (Produce v12, TxnOffsetCommit v5), which
+        passes `client_transaction_version` 2."""
         wanted = list(dict.fromkeys((topic, partition) for topic, partition in partitions))
         if verify_only:
             return CoordinatorResult(
                 [], self._verify(transactional_id, producer_id, producer_epoch, wanted)
             )
-        error, target = self._prepare_add(transactional_id, producer_id, producer_epoch, wanted)
+        error, target = self._prepare_add(
+            transactional_id, producer_id, producer_epoch, wanted, client_transaction_version
+        )
         response = {tp: error for tp in wanted}
         if target is None:
             return CoordinatorResult([], response)
@@ -280,6 +299,7 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: list[TopicPartition],
+        client_transaction_version: int | None = None,
     ) -> tuple[ErrorCode, TransactionMetadata | None]:
         error, current = self._producer_txn(transactional_id, producer_id, producer_epoch)
         if current is None:
@@ -288,7 +308,9 @@ class TransactionCoordinator:
             return ErrorCode.concurrent_transactions, None
         if current.state is TransactionState.ONGOING and current.partitions.issuperset(partitions):
             return ErrorCode.none, None
-        return ErrorCode.none, current.prepare_add_partitions(partitions, self._clock())
+        return ErrorCode.none, current.prepare_add_partitions(
+            partitions, self._clock(), client_transaction_version
+        )
 
     def _verify(
         self,
@@ -344,6 +366,122 @@ class TransactionCoordinator:
     # -- EndTxn and markers ----------------------------------------------------------------
 
     def end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> CoordinatorResult[ErrorCode]:
+        """EndTxn v0-4 (transactions version 0/1 clients): the epoch stays."""
+        if (meta := self._txns.get(transactional_id)) is not None and supports_epoch_bump(
+            meta.client_transaction_version
+        ):
+            # As Kafka: the transaction's version decides, whatever the request's version.
+            result = self.end_transaction(
+                transactional_id, producer_id, producer_epoch, commit, client_transaction_version=0
+            )
+            return CoordinatorResult(
+                result.records,
+                result.response.error,
+                markers=result.markers,
+                transactional_id=result.transactional_id,
+            )
+        return self._end_txn_v1(transactional_id, producer_id, producer_epoch, commit)
+
+    def end_transaction(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        client_transaction_version: int,
+    ) -> CoordinatorResult[EndTxnResponse]:
+        """EndTxn of any version, answered with the producer id and epoch to go on with (v5).
+
+        A transaction last changed by a version 2 client follows Kafka's version 2 rules: the
+        request's epoch must be the current one (Ongoing, Empty), or the one just before the
+        bump (a retry of the EndTxn that bumped it: answered as it was once Complete*, or
+        CONCURRENT_TRANSACTIONS while the markers are written), or the last one of the previous
+        producer id (a retry after the epochs were exhausted); any other epoch is fenced."""
+        current = self._txns.get(transactional_id)
+        if not transactional_id:
+            return CoordinatorResult([], EndTxnResponse(ErrorCode.invalid_request))
+        if current is None:
+            return CoordinatorResult([], EndTxnResponse(ErrorCode.invalid_producer_id_mapping))
+        if not supports_epoch_bump(current.client_transaction_version) and not (
+            supports_epoch_bump(client_transaction_version)
+        ):
+            classic = self._end_txn_v1(transactional_id, producer_id, producer_epoch, commit)
+            return CoordinatorResult(
+                classic.records,
+                self._end_answer(classic.response, current),
+                markers=classic.markers,
+                transactional_id=classic.transactional_id,
+            )
+        state = current.state
+        retry_on_overflow = (
+            supports_epoch_bump(current.client_transaction_version)
+            and current.previous_producer_id == producer_id
+            and producer_epoch == MAX_PRODUCER_EPOCH - 1
+            and current.producer_epoch == 0
+        )
+        retry_on_bump = (
+            supports_epoch_bump(current.client_transaction_version)
+            and current.producer_epoch == producer_epoch + 1
+        )
+        if state.is_prepare:
+            valid_epoch = retry_on_bump
+        elif state in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT):
+            valid_epoch = retry_on_bump or retry_on_overflow
+            if producer_epoch == current.producer_epoch and producer_id == current.producer_id:
+                # The next transaction's EndTxn (it added nothing) rather than a retry.
+                valid_epoch, retry_on_bump, retry_on_overflow = True, False, False
+        else:
+            valid_epoch = producer_epoch == current.producer_epoch
+        if current.producer_id != producer_id and not retry_on_overflow:
+            return CoordinatorResult([], EndTxnResponse(ErrorCode.invalid_producer_id_mapping))
+        if not valid_epoch:
+            return CoordinatorResult([], EndTxnResponse(ErrorCode.producer_fenced))
+        if transactional_id in self._pending:
+            return CoordinatorResult([], EndTxnResponse(ErrorCode.concurrent_transactions))
+        same_result = (
+            (TransactionState.PREPARE_COMMIT, TransactionState.COMPLETE_COMMIT)
+            if commit
+            else (TransactionState.PREPARE_ABORT, TransactionState.COMPLETE_ABORT)
+        )
+        if retry_on_bump or retry_on_overflow:
+            if state is same_result[1]:
+                return CoordinatorResult([], self._end_answer(ErrorCode.none, current))
+            if state is same_result[0]:
+                return CoordinatorResult([], EndTxnResponse(ErrorCode.concurrent_transactions))
+            return CoordinatorResult([], EndTxnResponse(ErrorCode.invalid_txn_state))
+        if state is not TransactionState.ONGOING and (
+            commit or not supports_epoch_bump(client_transaction_version)
+        ):
+            # Nothing begun: only a version 2 client may abort it (its Produce failed before
+            # the partition was added, so it cannot know).
+            return CoordinatorResult([], EndTxnResponse(ErrorCode.invalid_txn_state))
+        records: list[Record] = []
+        next_producer_id = NO_PRODUCER_ID
+        if supports_epoch_bump(client_transaction_version) and current.is_producer_epoch_exhausted:
+            next_producer_id, records = self._producer_ids.allocate()
+        target = current.prepare_abort_or_commit(
+            commit, self._clock(), client_transaction_version, next_producer_id
+        )
+        return self._pending_result(
+            target,
+            self._end_answer(ErrorCode.none, target),
+            markers=self._marker_job(target),
+            extra_records=records,
+        )
+
+    @staticmethod
+    def _end_answer(error: ErrorCode, meta: TransactionMetadata) -> EndTxnResponse:
+        """EndTxn's answer: with no error, the producer id and epoch the producer goes on with
+        (a new producer id at epoch 0 once the epochs are exhausted, as the client expects)."""
+        if error != ErrorCode.none:
+            return EndTxnResponse(error)
+        if meta.next_producer_id != NO_PRODUCER_ID:
+            return EndTxnResponse(error, meta.next_producer_id, 0)
+        return EndTxnResponse(error, meta.producer_id, meta.producer_epoch)
+
+    def _end_txn_v1(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> CoordinatorResult[ErrorCode]:
         error, current = self._producer_txn(transactional_id, producer_id, producer_epoch)

@@ -67,6 +67,11 @@ class TransactionLogValue:
     # may still present (KIP-360); -1 when there is none.
     previous_producer_id: int = NO_PRODUCER_ID
     last_producer_epoch: int = NO_PRODUCER_EPOCH
+    # Transactions version 2 (KIP-890): the producer id the transaction moves to once its
+    # markers are written (the epoch bump at EndTxn exhausted the epochs), and the version of
+    # the client that last changed the transaction (2 bumps the epoch at every end).
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,14 @@ def encode_value(value: TransactionLogValue) -> bytes:
     if value.previous_producer_id != NO_PRODUCER_ID:
         tagged.append(
             encode_tagged_field(PREVIOUS_PRODUCER_ID_TAG, INT64.pack(value.previous_producer_id))
+        )
+    if value.next_producer_id != NO_PRODUCER_ID:
+        tagged.append(encode_tagged_field(NEXT_PRODUCER_ID_TAG, INT64.pack(value.next_producer_id)))
+    if value.client_transaction_version != 0:
+        tagged.append(
+            encode_tagged_field(
+                CLIENT_TRANSACTION_VERSION_TAG, INT16.pack(value.client_transaction_version)
+            )
         )
     if value.last_producer_epoch != NO_PRODUCER_EPOCH:
         tagged.append(
@@ -219,10 +232,18 @@ def decode_value(value: bytes) -> TransactionLogValue:
     start = r.unpack(INT64)
     previous_producer_id = NO_PRODUCER_ID
     last_producer_epoch = NO_PRODUCER_EPOCH
+    next_producer_id = NO_PRODUCER_ID
+    client_transaction_version = 0
     if flexible:
         tagged = r.tagged_fields()
         if PREVIOUS_PRODUCER_ID_TAG in tagged:
             previous_producer_id = INT64.unpack(_exact(tagged[PREVIOUS_PRODUCER_ID_TAG], 8))[0]
+        if NEXT_PRODUCER_ID_TAG in tagged:
+            next_producer_id = INT64.unpack(_exact(tagged[NEXT_PRODUCER_ID_TAG], 8))[0]
+        if CLIENT_TRANSACTION_VERSION_TAG in tagged:
+            client_transaction_version = INT16.unpack(
+                _exact(tagged[CLIENT_TRANSACTION_VERSION_TAG], 2)
+            )[0]
         if LAST_PRODUCER_EPOCH_TAG in tagged:
             last_producer_epoch = INT16.unpack(_exact(tagged[LAST_PRODUCER_EPOCH_TAG], 2))[0]
     r.end()
@@ -239,6 +260,8 @@ def decode_value(value: bytes) -> TransactionLogValue:
         txn_start_timestamp=start,
         previous_producer_id=previous_producer_id,
         last_producer_epoch=last_producer_epoch,
+        next_producer_id=next_producer_id,
+        client_transaction_version=client_transaction_version,
     )
 
 

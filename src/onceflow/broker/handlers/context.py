@@ -74,6 +74,12 @@ class AdminContext:
     endpoint: Callable[[Request], tuple[str, int]]
 
 
+# (transactional id, producer id, epoch, partitions) -> the coordinator's error per partition
+TransactionAdder = Callable[
+    [str, int, int, list[tuple[str, int]]], Awaitable[dict[tuple[str, int], ErrorCode]]
+]
+
+
 @dataclass(frozen=True)
 class DataContext:
     """Produce, Fetch, ListOffsets, WriteTxnMarkers, DescribeProducers: the partitions' data."""
@@ -84,6 +90,9 @@ class DataContext:
     durability: GroupCommit
     clock: Clock
     metrics: BrokerCounters = NO_COUNTERS  # BrokerTopicMetrics, counted by Produce
+    # transaction.version 2: add a version 2 producer's partitions to its transaction before
+    # its Produce v12 appends (transactions.add_for_leader); None below version 2.
+    add_to_transaction: TransactionAdder | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from onceflow.protocol.entities import build, has_field, sibling
 from onceflow.records.batch import transactional_header
 from onceflow.records.validation import AppendRefused
 from onceflow.security import authorization as auth
+from onceflow.txn.coordinator import produce_error_for_verification
 
 if TYPE_CHECKING:
     from onceflow.broker.partition import Partition
@@ -66,7 +68,77 @@ class _Answer:
     log_start_offset: int = -1
 
 
+# The first Produce version of a transactions version 2 client: its partitions are added to
+# the transaction by the leader (Kafka's AddPartitionsToTxnManager, verifyOnly=false).
+PRODUCE_ADDS_PARTITIONS_SINCE = 12
+
+
 def handle_produce(ctx: DataContext, request: Request) -> Any:
+    if (
+        ctx.add_to_transaction is not None
+        and request.api_version >= PRODUCE_ADDS_PARTITIONS_SINCE
+        # acks=0 is never transactional (producers refuse it); nothing to answer, nothing added
+        and request.body.acks in (1, -1)
+        and _transactional_error(request) is None
+    ):
+        wanted = _partitions_to_add(ctx, request)
+        if wanted is not None:
+            return _produce_after_add(ctx, request, *wanted)
+    return _produce(ctx, request, {})
+
+
+def _partitions_to_add(
+    ctx: DataContext, request: Request
+) -> tuple[int, int, list[tuple[str, int]]] | None:
+    """The producer and the partitions its transactional batches would open a transaction on
+    (not yet in it at the partition), which exist and it may write; None if there are none."""
+    req = request.body
+    if req.transactional_id is None:
+        return None
+    wanted: list[tuple[str, int]] = []
+    producer: tuple[int, int] | None = None
+    for topic_data in req.topic_data:
+        if not auth.authorize(
+            request.session, auth.WRITE, auth.TOPIC, topic_data.name, log_if_denied=False
+        ):
+            continue
+        for pdata in topic_data.partition_data:
+            header = transactional_header(pdata.records or b"")
+            if header is None or not header.has_producer_id:
+                continue
+            partition = ctx.topics.partition(topic_data.name, pdata.index)
+            if partition is not None and partition.needs_verification(header):
+                producer = (header.producer_id, header.producer_epoch)
+                wanted.append((topic_data.name, pdata.index))
+    if producer is None:
+        return None
+    return producer[0], producer[1], wanted
+
+
+async def _produce_after_add(
+    ctx: DataContext,
+    request: Request,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: list[tuple[str, int]],
+) -> Any:
+    """Produce v12 of a version 2 producer: its partitions added first, then the append, whose
+    verification finds them in the transaction; a partition the coordinator refused answers
+    the coordinator's error as Produce gives it, and is not appended."""
+    assert ctx.add_to_transaction is not None
+    added = await ctx.add_to_transaction(
+        request.body.transactional_id, producer_id, producer_epoch, partitions
+    )
+    refused = {
+        tp: produce_error_for_verification(error, request.api_version)
+        for tp, error in added.items()
+        if error != ErrorCode.none
+    }
+    answer = _produce(ctx, request, refused)
+    return await answer if inspect.isawaitable(answer) else answer
+
+
+def _produce(ctx: DataContext, request: Request, refused: dict[tuple[str, int], ErrorCode]) -> Any:
     req = request.body
     cls, topic_cls, part_cls = response_classes(
         request, "TopicProduceResponse", "PartitionProduceResponse"
@@ -87,6 +159,8 @@ def handle_produce(ctx: DataContext, request: Request) -> Any:
         for pdata in topic_data.partition_data:
             if error_all is not None:
                 answer = _Answer(error_all)
+            elif (topic_data.name, pdata.index) in refused:
+                answer = _Answer(refused[(topic_data.name, pdata.index)])
             elif not writable:
                 answer = _Answer(ErrorCode.topic_authorization_failed)
             else:

@@ -34,7 +34,13 @@ from onceflow.coordinator.coordinators import (
 from onceflow.coordinator.result import CoordinatorResult
 from onceflow.protocol.entities import build
 from onceflow.security import authorization as auth
-from onceflow.txn.coordinator import InitProducerIdResponse, TxnDescription, error_for_version
+from onceflow.txn.coordinator import (
+    EndTxnResponse,
+    InitProducerIdResponse,
+    TxnDescription,
+    error_for_version,
+)
+from onceflow.txn.transaction_metadata import EPOCH_BUMP_TRANSACTION_VERSION
 
 if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
@@ -42,6 +48,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ZERO = datetime.timedelta(0)
+# The first versions a transactions version 2 client sends (KIP-890 part 2).
+END_TXN_V2_SINCE = 5
+TXN_OFFSET_COMMIT_V2_SINCE = 5
+# How soon the leader's add looks again while another add of the producer is being written
+# (one fsync of the transaction log: a few milliseconds).
+ADD_RETRY_BACKOFF_S = 0.002
 T = TypeVar("T")
 
 
@@ -261,10 +273,35 @@ def handle_end_txn(ctx: TxnContext, request: Request) -> Any:
     if ctx.groups.coordinator.loading:
         # Its markers settle offsets that __consumer_offsets may not have replayed yet.
         return _simple_answer(request, ErrorCode.coordinator_load_in_progress)
+    if request.api_version >= END_TXN_V2_SINCE:
+        # Transactions version 2: the epoch is bumped, the answer names the one to go on with.
+        return _end_txn_later(
+            ctx,
+            request,
+            ctx.coordinator.end_transaction(
+                req.transactional_id,
+                req.producer_id,
+                req.producer_epoch,
+                req.committed,
+                client_transaction_version=EPOCH_BUMP_TRANSACTION_VERSION,
+            ),
+        )
     result = ctx.coordinator.end_txn(
         req.transactional_id, req.producer_id, req.producer_epoch, req.committed
     )
     return _simple_later(ctx, request, result)
+
+
+async def _end_txn_later(
+    ctx: TxnContext, request: Request, result: CoordinatorResult[EndTxnResponse]
+) -> Any:
+    answer = await _run(ctx, result, EndTxnResponse)
+    return build_from(
+        response_class(request),
+        answer,
+        throttle_time=ZERO,
+        error_code=error_for_version(answer.error, request.api_key, request.api_version),
+    )
 
 
 def _may_write_txn(request: Request, transactional_id: str) -> bool:
@@ -283,8 +320,67 @@ def _simple_answer(request: Request, error: ErrorCode) -> Any:
     )
 
 
+async def add_for_leader(
+    ctx: TxnContext,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: list[tuple[str, int]],
+) -> dict[tuple[str, int], ErrorCode]:
+    """Transactions version 2: the partition leader adds a version 2 client's partitions to its
+    transaction (Kafka's AddPartitionsToTxn v5 with verifyOnly=false, sent by the leader; one
+    node does it in-process), once the id's markers in flight are written. The coordinator's
+    error per partition. Another add of the same producer's being written (its Produce and its
+    TxnOffsetCommit travel together) is waited for, a few milliseconds, rather than answered
+    CONCURRENT_TRANSACTIONS, which would abort the producer's transaction."""
+    deadline = asyncio.get_running_loop().time() + HELD_REQUEST_TIMEOUT_S
+    while True:
+        pending = ctx.driver.pending_markers(transactional_id)
+        if pending is not None:
+            done, _ = await asyncio.wait([pending], timeout=HELD_REQUEST_TIMEOUT_S)
+            if not done:
+                return dict.fromkeys(partitions, ErrorCode.concurrent_transactions)
+        busy = ctx.coordinator.has_pending(transactional_id)
+        if not busy or asyncio.get_running_loop().time() >= deadline:
+            break
+        await asyncio.sleep(ADD_RETRY_BACKOFF_S)
+    result = ctx.coordinator.add_partitions(
+        transactional_id,
+        producer_id,
+        producer_epoch,
+        partitions,
+        client_transaction_version=EPOCH_BUMP_TRANSACTION_VERSION,
+    )
+    return await _run(ctx, result, lambda error: dict.fromkeys(partitions, error))
+
+
 def handle_txn_offset_commit(ctx: TxnContext, request: Request) -> Any:
+    req = request.body
+    if (
+        request.api_version >= TXN_OFFSET_COMMIT_V2_SINCE
+        and _may_write_txn(request, req.transactional_id)
+        and auth.authorize(request.session, auth.READ, auth.GROUP, req.group_id)
+    ):
+        return _txn_offset_commit_v2(ctx, request)
     return in_slices(_txn_offset_commit(ctx, request), partitions_named(request.body.topics))
+
+
+async def _txn_offset_commit_v2(ctx: TxnContext, request: Request) -> Any:
+    """TxnOffsetCommit v5 (transactions version 2): the group's offsets partition joins the
+    transaction here, without AddOffsetsToTxn, then the commit goes on as before."""
+    req = request.body
+    added = await add_for_leader(
+        ctx, req.transactional_id, req.producer_id, req.producer_epoch, [(OFFSETS_TOPIC, 0)]
+    )
+    error = added[(OFFSETS_TOPIC, 0)]
+    if error != ErrorCode.none:
+        every = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+        code = error_for_version(error, request.api_key, request.api_version)
+        return run_now(commit_response(response_class(request), dict.fromkeys(every, code)))
+    work = _txn_offset_commit(ctx, request)
+    sliced = partitions_named(req.topics) > SLICED_ABOVE
+    answer = await run_sliced(work) if sliced else run_now(work)
+    return await answer if inspect.isawaitable(answer) else answer
 
 
 def _txn_offset_commit(ctx: TxnContext, request: Request) -> Work:

@@ -1,0 +1,271 @@
+"""Transactions version 2 (KIP-890 part 2) over the wire, as a Kafka 4 client speaks it.
+
+The feature `transaction.version` is advertised and finalized in ApiVersions (2 by default,
+the broker setting `transaction.version` 0/1 turns it off and the broker answers as before:
+EndTxn up to v4, TxnOffsetCommit up to v4, nothing finalized). A version 2 producer sends no
+AddPartitionsToTxn or AddOffsetsToTxn: Produce v12 and TxnOffsetCommit v5 add the partitions;
+EndTxn v5 bumps the epoch and answers it; a late Produce of the ended transaction (same
+producer id, old epoch) is refused with INVALID_PRODUCER_EPOCH.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.protocol.api_key import ApiKey
+from onceflow.records.builder import build_batch
+from tests.confluent import create_topic
+from tests.waiting import wait_for
+from tests.wire import WAIT, WireClient, request_entity
+
+PRODUCE_V2 = 12
+END_TXN_V2 = 5
+
+
+@pytest.fixture(scope="module")
+def tv2_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    broker = EmbeddedBroker(tmp_path_factory.mktemp("tv2"))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def _batch(producer_id: int, epoch: int, sequence: int, value: bytes = b"v") -> bytes:
+    return build_batch(
+        [(None, value, (), 1_700_000_000_000)],
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        transactional=True,
+    )
+
+
+class Tv2Producer:
+    """A transactions version 2 producer over a raw connection."""
+
+    def __init__(self, address: str, transactional_id: str) -> None:
+        self.wire = WireClient(address)
+        self.transactional_id = transactional_id
+        answer = self.wire.request(
+            ApiKey.INIT_PRODUCER_ID,
+            5,
+            transactional_id=transactional_id,
+            transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        assert answer.error_code == ErrorCode.none
+        self.producer_id, self.epoch = answer.producer_id, answer.producer_epoch
+        self.sequence = 0
+
+    def produce(
+        self, topic: str, partition: int, *, epoch: int | None = None, version: int = PRODUCE_V2
+    ) -> ErrorCode:
+        epoch = self.epoch if epoch is None else epoch
+        answer = self.wire.request(
+            ApiKey.PRODUCE,
+            version,
+            transactional_id=self.transactional_id,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=WAIT),
+            topic_data=(
+                _topic_data(version, topic, partition, _batch(self.producer_id, epoch, 0)),
+            ),
+        )
+        [topic_answer] = answer.responses
+        [part] = topic_answer.partition_responses
+        return part.error_code
+
+    def end(self, commit: bool, *, epoch: int | None = None) -> Any:
+        return self.wire.request(
+            ApiKey.END_TXN,
+            END_TXN_V2,
+            transactional_id=self.transactional_id,
+            producer_id=self.producer_id,
+            producer_epoch=self.epoch if epoch is None else epoch,
+            committed=commit,
+        )
+
+    def describe(self) -> Any:
+        answer = self.wire.request(
+            ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=(self.transactional_id,)
+        )
+        [state] = answer.transaction_states
+        return state
+
+
+def _topic_data(version: int, topic: str, partition: int, records: bytes) -> Any:
+    from kio.index import load_request_schema
+
+    from onceflow.protocol.entities import build, sibling
+
+    cls = load_request_schema(ApiKey.PRODUCE, version)
+    topic_cls = sibling(cls, "TopicProduceData")
+    part_cls = sibling(cls, "PartitionProduceData")
+    return build(
+        topic_cls,
+        name=topic,
+        partition_data=(build(part_cls, index=partition, records=records),),
+    )
+
+
+def _features(address: str) -> tuple[dict[str, tuple[int, int]], dict[str, int], int, Any]:
+    with WireClient(address) as wire:
+        answer = wire.request(
+            ApiKey.API_VERSIONS, 4, client_software_name="t", client_software_version="1"
+        )
+    supported = {f.name: (f.min_version, f.max_version) for f in answer.supported_features}
+    finalized = {f.name: f.max_version_level for f in answer.finalized_features}
+    versions = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+    return supported, finalized, answer.finalized_features_epoch, versions
+
+
+def test_api_versions_finalize_transaction_version_2(tv2_broker: EmbeddedBroker) -> None:
+    supported, finalized, epoch, versions = _features(tv2_broker.bootstrap)
+    assert supported == {"transaction.version": (0, 2)}
+    assert finalized == {"transaction.version": 2}
+    assert epoch >= 0  # clients ignore the features of an epoch below the one they know
+    assert versions[ApiKey.END_TXN] == (0, 5)
+    assert versions[ApiKey.TXN_OFFSET_COMMIT] == (0, 5)
+    assert versions[ApiKey.ADD_PARTITIONS_TO_TXN] == (0, 3)
+
+
+@pytest.mark.parametrize("level", ["0", "1"])
+def test_version_2_off_answers_as_before(make_broker: Any, level: str) -> None:
+    broker = make_broker(settings={"transaction.version": level})
+    supported, finalized, _, versions = _features(broker.bootstrap)
+    assert supported == {"transaction.version": (0, 2)}
+    assert finalized == ({} if level == "0" else {"transaction.version": 1})
+    assert versions[ApiKey.END_TXN] == (0, 4)
+    assert versions[ApiKey.TXN_OFFSET_COMMIT] == (0, 4)
+    # Produce v12 of a transactional producer does not add its partition: KIP-890 part 1.
+    topic = f"tv-off-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic)
+    producer = Tv2Producer(broker.bootstrap, f"off-{level}")
+    assert producer.produce(topic, 0) == ErrorCode.transaction_abortable
+
+
+def test_commit_bumps_the_epoch_and_fences_a_late_produce(tv2_broker: EmbeddedBroker) -> None:
+    topic = f"tv2-{uuid.uuid4().hex[:8]}"
+    create_topic(tv2_broker.bootstrap, topic, partitions=2)
+    producer = Tv2Producer(tv2_broker.bootstrap, f"tv2-{topic}")
+    # No AddPartitionsToTxn: Produce v12 adds the partition.
+    assert producer.produce(topic, 0) == ErrorCode.none
+    state = producer.describe()
+    assert (state.transaction_state, [t.topic for t in state.topics]) == ("Ongoing", [topic])
+    old_epoch = producer.epoch
+    answer = producer.end(commit=True)
+    assert answer.error_code == ErrorCode.none
+    assert (answer.producer_id, answer.producer_epoch) == (producer.producer_id, old_epoch + 1)
+    # Once the markers are written, the retried EndTxn of the same commit succeeds, with the
+    # same answer (before, it is CONCURRENT_TRANSACTIONS, as Kafka answers).
+    wait_for(lambda: producer.describe().transaction_state == "CompleteCommit", 30, "markers")
+    retried = producer.end(commit=True, epoch=old_epoch)
+    assert (retried.error_code, retried.producer_epoch) == (ErrorCode.none, old_epoch + 1)
+    # A write of the ended transaction arriving late cannot open the next one.
+    assert producer.produce(topic, 0, epoch=old_epoch) == ErrorCode.invalid_producer_epoch
+    assert producer.produce(topic, 1, epoch=old_epoch) == ErrorCode.invalid_producer_epoch
+    assert producer.describe().transaction_state == "CompleteCommit"
+    # The producer goes on with the new epoch.
+    producer.epoch = answer.producer_epoch
+    assert producer.produce(topic, 0) == ErrorCode.none
+    wait_for(lambda: producer.describe().transaction_state == "Ongoing", 30, "the add")
+    aborted = producer.end(commit=False)
+    assert (aborted.error_code, aborted.producer_epoch) == (ErrorCode.none, old_epoch + 2)
+
+
+def test_txn_offset_commit_v5_adds_the_offsets_partition(tv2_broker: EmbeddedBroker) -> None:
+    topic = f"tv2-offsets-{uuid.uuid4().hex[:8]}"
+    create_topic(tv2_broker.bootstrap, topic)
+    producer = Tv2Producer(tv2_broker.bootstrap, f"tv2-{topic}")
+    group = f"group-{topic}"
+    answer = producer.wire.request(
+        ApiKey.TXN_OFFSET_COMMIT,
+        5,
+        transactional_id=producer.transactional_id,
+        group_id=group,
+        producer_id=producer.producer_id,
+        producer_epoch=producer.epoch,
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(_txn_offset_topic(topic, 0, 42),),
+    )
+    [topic_answer] = answer.topics
+    assert [p.error_code for p in topic_answer.partitions] == [ErrorCode.none]
+    assert [t.topic for t in producer.describe().topics] == ["__consumer_offsets"]
+    assert producer.end(commit=True).error_code == ErrorCode.none
+
+    def committed() -> list[int]:
+        with WireClient(tv2_broker.bootstrap) as wire:
+            fetched = wire.request(
+                ApiKey.OFFSET_FETCH,
+                7,
+                group_id=group,
+                topics=(_offset_fetch_topic(topic),),
+                require_stable=True,
+            )
+        [fetched_topic] = fetched.topics
+        return [p.committed_offset for p in fetched_topic.partitions]
+
+    # Stable once the commit's markers are written (UNSTABLE_OFFSET_COMMIT and -1 until then).
+    wait_for(lambda: committed() == [42], 30, committed)
+
+
+def _txn_offset_topic(topic: str, partition: int, offset: int) -> Any:
+    from kio.index import load_request_schema
+
+    from onceflow.protocol.entities import build, sibling
+
+    cls = load_request_schema(ApiKey.TXN_OFFSET_COMMIT, 5)
+    part = build(
+        sibling(cls, "TxnOffsetCommitRequestPartition"),
+        partition_index=partition,
+        committed_offset=offset,
+        committed_leader_epoch=-1,
+        committed_metadata=None,
+    )
+    return build(sibling(cls, "TxnOffsetCommitRequestTopic"), name=topic, partitions=(part,))
+
+
+def _offset_fetch_topic(topic: str) -> Any:
+    from kio.index import load_request_schema
+
+    from onceflow.protocol.entities import build, sibling
+
+    cls = load_request_schema(ApiKey.OFFSET_FETCH, 7)
+    return build(sibling(cls, "OffsetFetchRequestTopic"), name=topic, partition_indexes=(0,))
+
+
+def test_pipelined_first_writes_to_two_partitions_both_join(tv2_broker: EmbeddedBroker) -> None:
+    """Two Produce v12 sent together, each opening the transaction on its partition: the
+    second add waits for the first's (no NOT_ENOUGH_REPLICAS, which costs the client a retry
+    and, for its TxnOffsetCommit, the transaction)."""
+    topic = f"tv2-pipe-{uuid.uuid4().hex[:8]}"
+    create_topic(tv2_broker.bootstrap, topic, partitions=2)
+    producer = Tv2Producer(tv2_broker.bootstrap, f"tv2-{topic}")
+    requests = [
+        request_entity(
+            ApiKey.PRODUCE,
+            PRODUCE_V2,
+            transactional_id=producer.transactional_id,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=WAIT),
+            topic_data=(
+                _topic_data(PRODUCE_V2, topic, p, _batch(producer.producer_id, producer.epoch, 0)),
+            ),
+        )
+        for p in (0, 1)
+    ]
+    ids = [producer.wire.send(r) for r in requests]
+    answers = [producer.wire.receive(r, i) for r, i in zip(requests, ids, strict=True)]
+    errors = [a.responses[0].partition_responses[0].error_code for a in answers]
+    assert errors == [ErrorCode.none, ErrorCode.none]
+    assert sorted(p for t in producer.describe().topics for p in t.partitions) == [0, 1]
