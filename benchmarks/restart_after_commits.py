@@ -22,9 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-from tests.admin_requests import fetch_committed_offset
-from tests.broker.offset_commits import commit_many as commit_pipelined
-from tests.confluent import create_topic
+from _support import NotLoaded, create_topic, fetch_committed_offset
+from _support import commit_many as commit_pipelined
 
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.broker.log_cleaner import CHECKPOINT_FILE, read_checkpoints
@@ -62,8 +61,8 @@ def _committed_once_loaded(bootstrap: str, tp: tuple[str, int]) -> tuple[object,
     deadline = time.monotonic() + 600
     while True:
         try:
-            return fetch_committed_offset(bootstrap, "g0", tp, False)
-        except AssertionError:  # COORDINATOR_LOAD_IN_PROGRESS
+            return fetch_committed_offset(bootstrap, "g0", tp)
+        except NotLoaded:  # COORDINATOR_LOAD_IN_PROGRESS
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)

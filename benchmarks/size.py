@@ -3,10 +3,9 @@
     python benchmarks/size.py [--partitions 12000] [--create 10000] [--commits 438000]
                               [--only restart,create,commits] [--profile DIR]
 
-Run from the repository root (it uses the tests' helpers); the broker it starts is the
-`onceflow` package on PYTHONPATH, so the same script measures two checkouts:
-`PYTHONPATH=OTHER/src python benchmarks/size.py`. Every broker is a fresh embedded one (fsync
-on) in a temporary directory. Situations (issue 19, item 8):
+The broker it starts is the `onceflow` package on PYTHONPATH, so the same script measures two
+checkouts: `PYTHONPATH=OTHER/src python benchmarks/size.py`. Every broker is a fresh embedded
+one (fsync on) in a temporary directory. Situations (issue 19, item 8):
 
 - restart: topics of `--partitions` partitions in all (at most 4,000 a topic), one small batch
   written to each; `kill -9`; then the time from starting the process to its first Metadata
@@ -47,7 +46,7 @@ from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.protocol.client import BrokerConnection, KafkaClientError
 from onceflow.records.builder import build_batch
 
-sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]  # tests helpers
+sys.path[:0] = [str(Path(__file__).parent)]  # restart_after_commits, run as a script or not
 from restart_after_commits import (  # noqa: E402
     GROUPS,
     PARTITIONS,

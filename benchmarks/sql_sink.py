@@ -1,13 +1,13 @@
 """Kafka to PostgreSQL: the exactly-once onceflow-sql sink against a plain at-least-once
 database write (each task inserts and commits on its own, as Spark's JDBC sink), in one run.
 
-    PYTHONPATH=.:src python benchmarks/sql_sink.py [--records N] [--partitions P] [--size B]
+    PYTHONPATH=src python benchmarks/sql_sink.py [--records N] [--partitions P] [--size B]
         [--rounds R] [--url postgresql://...]
 
 An embedded broker (fsync off) and, without --url, a PostgreSQL server of the distribution's
-packages started as the tests start it (tests/spark/postgres.py); N records of B bytes in P
-partitions. Each round copies the whole topic once per mode (plain first; round 0 is a
-warm-up, not counted), each into its own new table, with `processAllAvailable` on one local
+packages started on a free port in a temporary directory (benchmarks/_support.py); N records
+of B bytes in P partitions. Each round copies the whole topic once per mode (plain first; round
+0 is a warm-up, not counted), each into its own new table, with `processAllAvailable` on one local
 Spark session and `maxOffsetsPerTrigger` N/4 (four micro-batches); records/s is N over the
 time from the query's start to its last micro-batch. The median of the rounds and the ratio
 are printed. A benchmark: it prints figures, never fails.
@@ -64,9 +64,9 @@ def main() -> None:
     args = p.parse_args()
     server = None
     if args.url is None:
-        from tests.spark.postgres import PostgresServer, binaries
+        from _support import PostgresServer, postgres_binaries
 
-        server = PostgresServer(binaries()).start()
+        server = PostgresServer(postgres_binaries()).start()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         broker = EmbeddedBroker(root / "broker", fsync=False).start()

@@ -20,12 +20,10 @@ import time
 import uuid
 from pathlib import Path
 
+from _support import broker_tls_settings, make_certs
 from confluent_kafka import Producer
 
 from onceflow.broker.embedded import EmbeddedBroker
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.security.certs import broker_tls_settings, make_certs
 
 LISTENERS = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
 PASSWORD = "bench-password"

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import settings
 
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.tools.clients import load_command_settings
 
 # Property tests are judged by what they find, never by how fast one example ran: under two
 # xdist workers on a loaded 2-core machine an example took 875 ms against Hypothesis's 200 ms
@@ -54,15 +53,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The JVM groups first: xdist hands out the first work units in turn, so each of the two
     long groups starts at once on its own worker."""
     items.sort(key=lambda item: not item.nodeid.startswith(JVM_GROUPS))
-
-
-@pytest.fixture(autouse=True)
-def _no_command_config_left() -> Iterator[None]:
-    """A CLI run in-process with --command-config keeps its settings for the rest of that
-    invocation (tools.clients); a later test calling the CLI's functions directly in the same
-    worker must not connect with them (seen: a KIP-848 test asked for SASL SCRAM-SHA-512)."""
-    yield
-    load_command_settings(None)
 
 
 @pytest.fixture(scope="session")

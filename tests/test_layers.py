@@ -203,6 +203,38 @@ def test_known_upward_imports_still_exist() -> None:
     assert not gone, f"no longer imported, remove from KNOWN_UPWARD: {gone}"
 
 
+REPOSITORY = SRC.parent.parent
+SCRIPT_FOLDERS = ("benchmarks", "fuzz")
+
+
+def script_imports(path: Path) -> set[str]:
+    """The top-level packages a script imports, anywhere in its text."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+    return found
+
+
+def scripts_importing_tests(root: Path) -> list[str]:
+    """The scripts of benchmarks/ and fuzz/ under `root` that import the test suite: they run
+    against public code only (what they need of their own is in benchmarks/_support.py)."""
+    return sorted(
+        str(path.relative_to(root))
+        for folder in SCRIPT_FOLDERS
+        for path in sorted((root / folder).rglob("*.py"))
+        if "tests" in script_imports(path)
+    )
+
+
+def test_benchmarks_and_fuzzers_import_no_tests() -> None:
+    assert (REPOSITORY / "benchmarks").is_dir() and (REPOSITORY / "fuzz").is_dir()
+    found = scripts_importing_tests(REPOSITORY)
+    assert not found, f"these import tests.*, move what they use to public code: {found}"
+
+
 # -- the checks bite: a synthetic package with each fault ---------------------------------
 
 
@@ -264,3 +296,19 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
     # the most specific entry ranks a module apart from its package: low.detail below low
     assert layer_of("pkg.low.detail", ranks) == ("low.detail", 0)
     assert layer_of("pkg.low.base", ranks) == ("low", 1)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "from tests.confluent import create_topic\n",
+        "def main():\n    import tests.spark.postgres\n",
+        "import os, tests\n",
+    ],
+)
+def test_a_script_importing_tests_is_found(tmp_path: Path, text: str) -> None:
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "fuzz" / "corpus").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "ok.py").write_text("from onceflow import clock\n")
+    (tmp_path / "fuzz" / "corpus" / "bad.py").write_text(text)
+    assert scripts_importing_tests(tmp_path) == ["fuzz/corpus/bad.py"]

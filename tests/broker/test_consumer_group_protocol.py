@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.cli.consumer_group_admin import describe_consumer_group
+from onceflow.tools.clients import Cluster
 from tests.confluent import QUIET, create_topic, produce, transactional_producer
 from tests.eos.checker import read_back
 from tests.waiting import wait_for
@@ -216,20 +217,20 @@ def test_a_broker_killed_and_restarted_keeps_the_group(tmp_path: Path) -> None:
             lambda: counts(members),
             poll=lambda: poll_all(members),
         )
-        before = describe_consumer_group(bootstrap, group)
+        before = describe_consumer_group(Cluster(bootstrap), group)
         owned = [set(m.assigned) for m in members]
         broker.kill()
         broker.start()
         # The members go on heartbeating to the restarted broker, at their epochs.
         wait_for(
-            lambda: describe_consumer_group(bootstrap, group) is not None,
+            lambda: describe_consumer_group(Cluster(bootstrap), group) is not None,
             60,
             "the group after the restart",
             poll=lambda: poll_all(members),
         )
         for _ in range(20):
             poll_all(members)  # ~2 s: several heartbeats each
-        after = describe_consumer_group(bootstrap, group)
+        after = describe_consumer_group(Cluster(bootstrap), group)
         assert after is not None and before is not None
         assert after.group_epoch == before.group_epoch
         assert sorted((m.member_id, m.member_epoch, str(m.assignment)) for m in after.members) == (
@@ -265,7 +266,7 @@ def test_a_regex_subscription_is_resolved_by_the_broker(kip848_broker: EmbeddedB
             return {(tp.topic, tp.partition) for tp in consumer.assignment()}
 
         wait_for(lambda: assigned() == wanted, 60, assigned, poll=lambda: consumer.poll(0.1))
-        info = describe_consumer_group(bootstrap, f"g-{tag}")
+        info = describe_consumer_group(Cluster(bootstrap), f"g-{tag}")
         assert info is not None
         assert [m.member_epoch for m in info.members] == [info.group_epoch]
     finally:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from backports import zstd
 
-from onceflow.broker.handlers.list_offsets import max_timestamp_offset, offset_for_time
 from onceflow.clock import system_clock
 from onceflow.log.config import LogConfig
+from onceflow.log.offset_for_timestamp import max_timestamp_offset, offset_for_time
 from onceflow.log.unified_log import UnifiedLog
 from onceflow.records import walker
 from onceflow.records.batch import iter_batches
@@ -64,14 +64,14 @@ def test_max_timestamp_reads_one_batch_and_walks_no_headers(
 
     monkeypatch.setattr(partition.log, "read", counting_read)
     monkeypatch.setattr(partition.log, "iter_batch_headers", no_walk)
-    assert max_timestamp_offset(partition, partition.log.log_end_offset) == (40, T0 + 10**6)
+    assert max_timestamp_offset(partition.log, partition.log.log_end_offset) == (40, T0 + 10**6)
     assert len(reads) == 1
 
 
 def test_max_timestamp_above_the_readable_bound_is_not_answered(partition: UnifiedLog) -> None:
     # the maximum is at offset 40, not readable below 39: Apache Kafka answers no offset then
     # rather than the largest timestamp below the bound (tests/apache_kafka/conformance/)
-    assert max_timestamp_offset(partition, 39) == (-1, -1)
+    assert max_timestamp_offset(partition.log, 39) == (-1, -1)
 
 
 def test_max_timestamp_survives_a_restart(tmp_path: Path) -> None:
@@ -81,16 +81,16 @@ def test_max_timestamp_survives_a_restart(tmp_path: Path) -> None:
     p.log.close()
     p = open_partition(tmp_path, segment_bytes=1000)
     try:
-        assert max_timestamp_offset(p, p.log.log_end_offset) == (0, T0 + 25)
+        assert max_timestamp_offset(p.log, p.log.log_end_offset) == (0, T0 + 25)
     finally:
         p.log.close()
 
 
 def test_offset_for_time(partition: UnifiedLog) -> None:
     end = partition.log.log_end_offset
-    assert offset_for_time(partition, T0 + 101, end) == (4, T0 + 101)
-    assert offset_for_time(partition, T0 + 1303, end) == (40, T0 + 10**6)
-    assert offset_for_time(partition, T0 + 10**7, end) == (-1, -1)
+    assert offset_for_time(partition.log, T0 + 101, end) == (4, T0 + 101)
+    assert offset_for_time(partition.log, T0 + 1303, end) == (40, T0 + 10**6)
+    assert offset_for_time(partition.log, T0 + 10**7, end) == (-1, -1)
 
 
 def record(offset_delta: int, value: bytes, timestamp_delta: int) -> bytes:
@@ -134,7 +134,7 @@ def test_search_by_time_stops_at_the_first_match(tmp_path: Path, chunks_walked: 
     p = open_partition(tmp_path)
     try:
         append(p, batch)
-        assert offset_for_time(p, T0 + 9, p.log.log_end_offset) == (9, T0 + 9)
+        assert offset_for_time(p.log, T0 + 9, p.log.log_end_offset) == (9, T0 + 9)
     finally:
         p.log.close()
     assert len(chunks_walked) == 1
@@ -150,8 +150,8 @@ def test_a_stored_bomb_answers_its_batch_in_bounded_memory(
     try:
         append(p, batch)
         end = p.log.log_end_offset
-        assert offset_for_time(p, T0 + 1, end) == (0, T0 + 5)
-        assert max_timestamp_offset(p, end) == (0, T0 + 5)
+        assert offset_for_time(p.log, T0 + 1, end) == (0, T0 + 5)
+        assert max_timestamp_offset(p.log, end) == (0, T0 + 5)
     finally:
         p.log.close()
     assert sum(chunks_walked) <= 2 * walker.DEFAULT_MAX_DECOMPRESSED_BYTES

@@ -21,6 +21,7 @@ from onceflow.bench.targets import BrokerProcess, parse_target, rss_bytes
 from onceflow.bench.throughput import Measurement, ratios
 from onceflow.bench.throughput import bench_settings as _settings
 from onceflow.bench.throughput_run import BenchRun, LiveTarget
+from onceflow.tools.clients import Cluster
 from onceflow.tools.errors import UsageError
 from tests.cli.harness import Run, closed_port_address
 
@@ -240,10 +241,10 @@ def test_rounds_take_every_target_in_turn_and_drop_a_failed_one(
         m.produce_rounds.append(Phase(10, 1000, 1.0))
         m.consume_rounds.append(Phase(10, 1000, 1.0))
 
-    connected: list[str] = []
+    connected: list[Cluster] = []
 
-    def connect_admin(address: str) -> object:
-        connected.append(address)
+    def connect_admin(cluster: Cluster) -> object:
+        connected.append(cluster)
         return object()  # only _measure_one uses the session, and it is replaced too
 
     monkeypatch.setattr(bench, "connect_admin", connect_admin)
@@ -252,7 +253,7 @@ def test_rounds_take_every_target_in_turn_and_drop_a_failed_one(
     run = BenchRun(settings, Progress(console=Console(file=io.StringIO())))
     run.measure([parse_target(f"{name}=h:1") for name in ("a", "b", "c")])
 
-    assert connected == ["h:1"] * 3  # every target connected before the first round
+    assert connected == [Cluster("h:1")] * 3  # every target connected before the first round
     round_one = [(1, size, t) for size in (100, 1024) for t in ("a", "b", "c")]
     round_two = [(2, 100, "a"), (2, 100, "b"), (2, 100, "c"), (2, 1024, "a"), (2, 1024, "c")]
     round_three = [(3, size, t) for size in (100, 1024) for t in ("a", "c")]

@@ -18,6 +18,7 @@ from onceflow.bench.stats import Phase
 from onceflow.bench.targets import parse_target
 from onceflow.bench.throughput import Measurement, bench_settings
 from onceflow.bench.throughput_run import BenchRun, LiveTarget
+from onceflow.tools.clients import Cluster
 
 
 def test_rounds_take_every_target_in_turn_and_drop_a_failed_one(
@@ -34,10 +35,10 @@ def test_rounds_take_every_target_in_turn_and_drop_a_failed_one(
     def consume_round(_run: EosRun, target: LiveEosTarget, number: int) -> None:
         order.append(("consume", number, target.spec.name))
 
-    connected: list[str] = []
+    connected: list[Cluster] = []
 
-    def connect_admin(address: str) -> object:
-        connected.append(address)
+    def connect_admin(cluster: Cluster) -> object:
+        connected.append(cluster)
         return object()
 
     monkeypatch.setattr(eos_run, "connect_admin", connect_admin)
@@ -48,7 +49,7 @@ def test_rounds_take_every_target_in_turn_and_drop_a_failed_one(
     run = EosRun(settings, Progress(console=Console(file=io.StringIO())))
     run.measure([parse_target(f"{name}=h:1") for name in ("a", "b", "c")])
 
-    assert connected == ["h:1"] * 3  # every target connected before the first round
+    assert connected == [Cluster("h:1")] * 3  # every target connected before the first round
     assert order == [
         ("produce", 1, "a"), ("produce", 1, "b"), ("produce", 1, "c"),
         ("produce", 2, "a"), ("produce", 2, "b"), ("produce", 2, "c"),

@@ -85,7 +85,7 @@ def test_member_dying_is_evicted_after_session_timeout_and_group_rebalances() ->
     assert env.heartbeat(leader.member_id, 1) is E.none
     env.advance(SESSION_MS // 2 + 1)  # the follower's session has now expired
     group = env.coord.group("g")
-    assert group is not None and not group.has_member(follower.member_id)
+    assert group is not None and follower.member_id not in group.members
     assert state(env) is GroupState.PREPARING_REBALANCE
     assert env.heartbeat(follower.member_id, 1) is E.unknown_member_id
     assert env.heartbeat(leader.member_id, 1) is E.rebalance_in_progress
@@ -101,10 +101,10 @@ def test_next_deadline_drives_tick() -> None:
     assert deadline == env.clock.now_ms + SESSION_MS
     env.clock.now_ms = deadline - 1
     env.coord.tick()
-    assert env.coord.group("g").has_member(follower.member_id)
+    assert follower.member_id in env.coord.group("g").members
     env.clock.now_ms = deadline
     env.coord.tick()
-    assert not env.coord.group("g").has_member(follower.member_id)
+    assert follower.member_id not in env.coord.group("g").members
 
 
 def test_leave_group_and_last_member_leaving_empties_the_group() -> None:
@@ -241,7 +241,7 @@ def test_static_laggard_kept_by_rebalance_timeout() -> None:
         env.coord.tick()
     # The rebalance timeout completed the join; the static member did not rejoin but stays.
     assert rejoin.result.error is E.none and rejoin.result.generation_id == 2
-    assert env.coord.group("g").has_member(follower.member_id)
+    assert follower.member_id in env.coord.group("g").members
     assert len(rejoin.result.members) == 2
 
 
@@ -275,7 +275,7 @@ def test_member_that_never_syncs_is_removed_after_rebalance_timeout() -> None:
         env.heartbeat(ra.member_id, 1)
         env.coord.tick()
     group = env.coord.group("g")
-    assert not group.has_member(rb.member_id)
+    assert rb.member_id not in group.members
     assert group.state is GroupState.PREPARING_REBALANCE
 
 
@@ -285,7 +285,7 @@ def test_follower_waiting_for_leader_sync_gets_rebalance_when_leader_never_syncs
     waiting = env.sync(rb.member_id, 1)
     env.advance(REBALANCE_MS)  # the leader never syncs: it is removed, the group rebalances
     assert waiting.result.error is E.rebalance_in_progress
-    assert not env.coord.group("g").has_member(ra.member_id)
+    assert ra.member_id not in env.coord.group("g").members
     rejoin = env.join(rb.member_id)
     assert rejoin.result.generation_id == 2 and rejoin.result.leader == rb.member_id
 
@@ -388,7 +388,7 @@ def test_new_member_join_times_out() -> None:
         env.coord.tick()
     # A new member may not wait longer than the new-member join timeout.
     assert newcomer.result.error is E.unknown_member_id
-    assert not env.coord.group("g").has_member(newcomer.result.member_id or "late-m3")
+    assert (newcomer.result.member_id or "late-m3") not in env.coord.group("g").members
     assert len(env.coord.group("g").members) == 2
 
 

@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.cli.consumer_group_admin import describe_consumer_group
 from onceflow.client_properties import (
     ClientPropertiesError,
     librdkafka_settings,
     load_client_properties,
     parse_properties,
 )
+from onceflow.tools.clients import ClientErrors, Cluster, client_config, connect_admin
+from tests.cli.harness import invoke
 from tests.security.brokers import onceflow
 from tests.security.certs import Certs
 from tests.security.conftest import USERS
@@ -152,3 +155,19 @@ def test_a_missing_or_unusable_file_is_a_usage_error(tmp_path: Path, content: st
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert "--command-config" in result.stderr
+
+
+def test_an_in_process_run_leaves_no_settings_behind(
+    tmp_path: Path, certs: Certs, secure_broker: EmbeddedBroker, sasl_ssl: str
+) -> None:
+    """The file's settings reach the command's clients as a value handed down, never as state
+    of the process: a tool function called after an in-process CLI run with the file connects
+    as it is told (here: PLAINTEXT, which a client still set for SASL_SSL cannot reach)."""
+    config = write(tmp_path, java_properties(certs, "SCRAM-SHA-512", "bob", USERS["bob"][0]))
+    ran = invoke("topics", "list", "-b", sasl_ssl, "--command-config", str(config))
+    assert ran.exit_code == 0, ran.stderr
+
+    plaintext = Cluster(secure_broker.bootstrap_for("PLAINTEXT"))
+    assert "sasl.username" not in client_config(plaintext, ClientErrors())
+    connect_admin(plaintext)  # BrokerUnreachableError with SASL_SSL settings left over
+    assert describe_consumer_group(plaintext, "no-such-group") is None  # own protocol client

@@ -11,7 +11,7 @@ from rich.progress import Progress, TaskID
 
 from onceflow.bench.errors import STALL_TIMEOUT_S, BenchError
 from onceflow.bench.stats import Phase
-from onceflow.tools.clients import REQUEST_TIMEOUT_S, ClientErrors, client_config
+from onceflow.tools.clients import REQUEST_TIMEOUT_S, ClientErrors, Cluster, client_config
 from onceflow.tools.errors import kafka_error_text
 
 CONSUME_BATCH = 10_000
@@ -49,7 +49,7 @@ def consume_topic(
     overrides = {"group.id": f"onceflow-bench-{secrets.token_hex(4)}", **settings}
     if until_end:
         overrides["enable.partition.eof"] = True
-    consumer = Consumer(client_config(bootstrap, errors, overrides))
+    consumer = Consumer(client_config(Cluster(bootstrap), errors, overrides))
     try:
         metadata = consumer.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
         partitions = sorted(metadata.topics[topic].partitions)

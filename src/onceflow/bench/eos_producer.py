@@ -20,7 +20,7 @@ from onceflow.bench.producers import (
     serve_job,
     worker_entry,
 )
-from onceflow.tools.clients import REQUEST_TIMEOUT_S, ClientErrors, client_config, drain
+from onceflow.tools.clients import REQUEST_TIMEOUT_S, ClientErrors, Cluster, client_config, drain
 
 WORKER_MODULE = "onceflow.bench.eos_producer"
 DEFAULT_COMMIT_INTERVAL_MS = 100
@@ -77,7 +77,7 @@ def _produce_transactions(job: TxnProducerJob, report: TxnProducerReport) -> Non
         "transactional.id": job.transactional_id,
         "on_delivery": on_delivery,
     }
-    producer = Producer(client_config(job.bootstrap, errors, config))
+    producer = Producer(client_config(Cluster(job.bootstrap), errors, config))
     # Connected, with a producer id and epoch, before the clock runs.
     producer.init_transactions(REQUEST_TIMEOUT_S)
     producer.list_topics(job.topic, timeout=REQUEST_TIMEOUT_S)

@@ -40,7 +40,7 @@ from onceflow.bench.targets import (
 )
 from onceflow.bench.topics import create_topic, delete_topic
 from onceflow.bench.workload import shape_checks
-from onceflow.tools.clients import AdminSession, connect_admin
+from onceflow.tools.clients import AdminSession, Cluster, connect_admin
 from onceflow.tools.errors import CliError, UsageError, error_text
 from onceflow.tools.option_values import require_at_least
 from onceflow.tools.output import note
@@ -164,7 +164,9 @@ class EosRun:
                 bootstrap, broker = stack.enter_context(
                     target_broker(spec, self.progress.console, "exactly-once")
                 )
-                target = LiveEosTarget(spec, m, bootstrap, broker, connect_admin(bootstrap))
+                target = LiveEosTarget(
+                    spec, m, bootstrap, broker, connect_admin(Cluster(bootstrap))
+                )
                 brokers.enter_context(stack.pop_all())
                 return target
         except (CliError, KafkaException) as exc:

@@ -26,7 +26,7 @@ from onceflow.bench.client_stats import ClientStats
 from onceflow.bench.errors import STALL_TIMEOUT_S, BenchError
 from onceflow.bench.stats import Phase
 from onceflow.bench.targets import BROKER_READY_TIMEOUT_S
-from onceflow.tools.clients import REQUEST_TIMEOUT_S, ClientErrors, client_config, drain
+from onceflow.tools.clients import REQUEST_TIMEOUT_S, ClientErrors, Cluster, client_config, drain
 from onceflow.tools.errors import CliError, error_text, kafka_error_text
 
 # Producer settings for throughput with Kafka's durability defaults (acks=all, idempotence).
@@ -214,7 +214,7 @@ def _produce_records(job: ProducerJob, report: ProducerReport) -> None:
     errors = ClientErrors()
     stats = ClientStats()
     config = {**job.settings, **stats.settings(), "on_delivery": on_delivery}
-    producer = Producer(client_config(job.bootstrap, errors, config))
+    producer = Producer(client_config(Cluster(job.bootstrap), errors, config))
     producer.list_topics(job.topic, timeout=REQUEST_TIMEOUT_S)  # connect before the clock runs
     if job.warm_up:
         _warm_up(producer, job.topic, report)

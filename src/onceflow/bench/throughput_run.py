@@ -36,7 +36,7 @@ from onceflow.bench.targets import (
 )
 from onceflow.bench.throughput import BenchSettings, IdleMeasurement, Measurement
 from onceflow.bench.topics import create_topic, delete_topic
-from onceflow.tools.clients import AdminSession, connect_admin
+from onceflow.tools.clients import AdminSession, Cluster, connect_admin
 from onceflow.tools.errors import CliError, error_text
 from onceflow.tools.output import note
 
@@ -106,7 +106,7 @@ class BenchRun:
                 )
                 target = LiveTarget(spec, broker)
                 stack.callback(target.disconnect)
-                target.session = connect_admin(bootstrap)
+                target.session = connect_admin(Cluster(bootstrap))
                 brokers.enter_context(stack.pop_all())
                 return target
         except (CliError, KafkaException) as exc:
@@ -221,7 +221,7 @@ class BenchRun:
         try:
             with target_broker(spec, self.progress.console, purpose) as (bootstrap, broker):
                 assert broker is not None
-                session = connect_admin(bootstrap)
+                session = connect_admin(Cluster(bootstrap))
                 empty = settled_rss(broker)
                 create_topic(session, f"onceflow-bench-idle-{secrets.token_hex(4)}", count, 1)
                 idle = settled_rss(broker)

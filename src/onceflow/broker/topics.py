@@ -472,7 +472,7 @@ class TopicRegistry:
             for topic, configs, log_config in changed.values():
                 topic.configs = configs
                 for partition in topic.partitions:
-                    partition.log.config = log_config
+                    partition.update_config(log_config)
             return results
 
     async def add_partitions(self, name: str, total: int) -> Topic:
@@ -638,10 +638,8 @@ def _raise_first(results: list[Any]) -> None:
 
 
 def _release(partition: Partition) -> None:
-    """Drop a partition's descriptors without flushing: its files are about to go. Reads
-    still in flight then get LogClosedError, never another file's bytes."""
-    partition.aborted.close()
-    partition.log._abandon()
+    """Drop a partition's descriptors without flushing: its files are about to go."""
+    partition.abandon()
 
 
 def _remove_dirs(data_dir: Path, names: list[str]) -> set[str]:

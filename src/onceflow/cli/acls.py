@@ -41,6 +41,7 @@ from onceflow.security.acl import (
     parse_principal,
 )
 from onceflow.tools.clients import AdminSession, connect_admin, result_of
+from onceflow.tools.clients import Cluster as KafkaCluster
 from onceflow.tools.errors import CliError, UsageError, kafka_error_text
 from onceflow.tools.output import note, result_table, stdout_console
 
@@ -301,11 +302,11 @@ access_options = option_group(
 def _changing_command(removing: bool) -> Any:
     """`acls add` or `acls remove`: the same options, as kafka-acls' --add and --remove."""
 
-    @cluster_command()
+    @cluster_command(into="target")  # `cluster` is the --cluster resource flag here
     @resource_options(filters=removing)
     @access_options
     def command(
-        bootstrap: str,
+        target: KafkaCluster,
         resources: Resources,
         access: Access,
         producer: Producer = False,
@@ -317,13 +318,13 @@ def _changing_command(removing: bool) -> Any:
             resources, access, producer=producer, consumer=consumer, idempotent=idempotent
         )
         if removing:
-            _remove(connect_admin(bootstrap), wanted, force)
+            _remove(connect_admin(target), wanted, force)
             return
         if any(not entries for entries in wanted.values()):
             raise UsageError(
                 "You must specify one of: --allow-principal, --deny-principal when adding ACLs."
             )
-        _add(connect_admin(bootstrap), wanted)
+        _add(connect_admin(target), wanted)
 
     command.__doc__ = (
         "Remove ACLs: those named, or every ACL of the resources if no principal is given."
@@ -337,13 +338,13 @@ acls_app.command("add")(_changing_command(removing=False))
 
 
 @acls_app.command("list")
-@cluster_command()
+@cluster_command(into="target")
 @resource_options(filters=True)
-def list_acls(bootstrap: str, resources: Resources, principal: Principals = None) -> None:
+def list_acls(target: KafkaCluster, resources: Resources, principal: Principals = None) -> None:
     """List ACLs: all of them, or those of the resources (and principals) given."""
     filters: list[ResourceFilter | None] = [*resources.filters(required=False)] or [None]
     principals: list[str | None] = list(_principals(principal or [])) or [None]
-    session = connect_admin(bootstrap)
+    session = connect_admin(target)
     found: set[AclBinding] = set()
     for resource in filters:
         for who in principals:

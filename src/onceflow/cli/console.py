@@ -34,7 +34,7 @@ from onceflow.cli.options import (
     ProducerProperties,
     cluster_command,
 )
-from onceflow.tools.clients import ClientErrors, client_config, connect_admin, drain
+from onceflow.tools.clients import ClientErrors, Cluster, client_config, connect_admin, drain
 from onceflow.tools.errors import CliError, TopicNotFoundError, UsageError, kafka_error_text
 from onceflow.tools.option_values import parse_bool, parse_pairs, require_at_least
 from onceflow.tools.output import note
@@ -145,7 +145,7 @@ class DeliveryTally:
 
 @cluster_command()
 def produce_command(
-    bootstrap: str,
+    cluster: Cluster,
     topic: Annotated[str, typer.Argument(metavar="TOPIC", help="Topic to write to.")],
     properties: Properties = None,
     key_separator: Annotated[
@@ -167,7 +167,7 @@ def produce_command(
         props.setdefault("parse.key", "true")
     line_format = LineFormat.from_properties(props, key_separator)
     overrides = parse_pairs(producer_property or [], "--producer-property")
-    session = connect_admin(bootstrap)
+    session = connect_admin(cluster)
     session.require_topic(topic)
 
     tally = DeliveryTally()
@@ -175,7 +175,7 @@ def produce_command(
     # Kafka turns idempotence off implicitly when acks is not all; so do we.
     idempotent = acks in (Acks.all, Acks.minus_one)
     config = client_config(
-        session.bootstrap,
+        session.cluster,
         errors,
         {
             "acks": acks.value,
@@ -307,7 +307,7 @@ class ConsumeLimits:
 
 @cluster_command()
 def consume_command(
-    bootstrap: str,
+    cluster: Cluster,
     topic: Annotated[str, typer.Argument(metavar="TOPIC", help="Topic to read from.")],
     group: Annotated[
         str | None,
@@ -348,7 +348,7 @@ def consume_command(
         parse_pairs(properties or [], "--property"), print_key, key_separator
     )
     overrides = parse_pairs(consumer_property or [], "--consumer-property")
-    session = connect_admin(bootstrap)
+    session = connect_admin(cluster)
     session.require_topic(topic)
     partitions = sorted(session.metadata.topics[topic].partitions)
     if partition is not None and partition not in partitions:
@@ -356,7 +356,7 @@ def consume_command(
 
     errors = ClientErrors()
     config = client_config(
-        session.bootstrap,
+        session.cluster,
         errors,
         {
             # Without --group the consumer only assigns partitions; the id is never joined.

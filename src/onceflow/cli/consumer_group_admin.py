@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.cli.transaction_admin import cluster
+from onceflow.cli.transaction_admin import connected
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.client import GROUP_KEY, UnsupportedApiError
 from onceflow.protocol.entities import build
+from onceflow.tools.clients import Cluster
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,10 @@ def _assignment(assignment: object) -> dict[str, list[int]]:
     }
 
 
-def describe_consumer_group(bootstrap: str, group: str) -> ConsumerGroupInfo | None:
+def describe_consumer_group(cluster: Cluster, group: str) -> ConsumerGroupInfo | None:
     """The group as a consumer group; None when it is a classic group (GROUP_ID_NOT_FOUND), or
     the broker does not offer ConsumerGroupDescribe."""
-    with cluster(bootstrap) as client:
+    with connected(cluster) as client:
         try:
             connection = client.coordinator_connection(group, GROUP_KEY)
             cls = connection.request_class(ApiKey.CONSUMER_GROUP_DESCRIBE)

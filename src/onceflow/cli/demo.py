@@ -29,7 +29,7 @@ from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.pipelines import CRASH_AFTER_BATCH_ENV
 from onceflow.pipelines.topic_reader import read_topic
 from onceflow.pipelines.wordcount_check import CountReport, check_counts, words_of
-from onceflow.tools.clients import ClientErrors, client_config
+from onceflow.tools.clients import ClientErrors, Cluster, client_config
 
 VOCABULARY = (
     "exactly",
@@ -76,7 +76,9 @@ def _sentences(count: int, seed: int) -> list[str]:
 
 def _produce(bootstrap: str, topic: str, sentences: list[str]) -> None:
     producer = Producer(
-        client_config(bootstrap, ClientErrors(), {"enable.idempotence": True, "linger.ms": 5})
+        client_config(
+            Cluster(bootstrap), ClientErrors(), {"enable.idempotence": True, "linger.ms": 5}
+        )
     )
     for i, sentence in enumerate(sentences):
         producer.produce(topic, value=sentence.encode(), key=str(i).encode())
@@ -231,7 +233,7 @@ def _demo(
     broker.start()
     bootstrap = broker.bootstrap
     # Quiet: it stays connected while the broker is killed, and librdkafka would log that.
-    admin = AdminClient(client_config(bootstrap, ClientErrors()))
+    admin = AdminClient(client_config(Cluster(bootstrap), ClientErrors()))
     topics = ["sentences", "counts-exactly-once", "counts-at-least-once"]
     for future in admin.create_topics([NewTopic(t, 2, 1) for t in topics]).values():
         future.result(30)

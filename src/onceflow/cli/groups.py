@@ -24,7 +24,13 @@ from onceflow.cli.consumer_group_admin import ConsumerGroupInfo, describe_consum
 from onceflow.cli.options import cluster_command, command_group
 from onceflow.cli.topics import partition_offsets
 from onceflow.kafka_errors import kafka_error_code
-from onceflow.tools.clients import REQUEST_TIMEOUT_S, AdminSession, connect_admin, result_of
+from onceflow.tools.clients import (
+    REQUEST_TIMEOUT_S,
+    AdminSession,
+    Cluster,
+    connect_admin,
+    result_of,
+)
 from onceflow.tools.errors import CliError, UsageError, kafka_error_text
 from onceflow.tools.output import note, result_table, stdout_console
 
@@ -36,11 +42,11 @@ GroupId = Annotated[str, typer.Argument(metavar="GROUP", help="Consumer group id
 @groups_app.command("list")
 @cluster_command()
 def list_groups(
-    bootstrap: str,
+    cluster: Cluster,
     state: Annotated[bool, typer.Option("--state", help="Show each group's state too.")] = False,
 ) -> None:
     """List consumer group ids, one per line."""
-    session = connect_admin(bootstrap)
+    session = connect_admin(cluster)
     result = result_of(
         session.admin.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S), "Listing groups"
     )
@@ -77,18 +83,18 @@ class OffsetRow:
 @groups_app.command("describe")
 @cluster_command()
 def describe_group(
-    bootstrap: str,
+    cluster: Cluster,
     group: GroupId,
 ) -> None:
     """Per partition: committed offset, log end offset, lag and owning member."""
-    session = connect_admin(bootstrap)
+    session = connect_admin(cluster)
     description = _describe(session, group)
     if _state(description) == ConsumerGroupState.DEAD:
         raise CliError(f"Consumer group '{group}' does not exist.")
     committed = committed_offsets(session, group)
     # KIP-848 groups: their epochs and each member's current and target assignment, which
     # ConsumerGroupDescribe gives (confluent-kafka's admin client leaves the epochs out).
-    consumer_group = describe_consumer_group(bootstrap, group)
+    consumer_group = describe_consumer_group(cluster, group)
 
     rows: dict[tuple[str, int], OffsetRow] = {
         key: OffsetRow(key[0], key[1], offset, None) for key, offset in committed.items()
@@ -170,7 +176,7 @@ def _partitions_text(assignment: dict[str, list[int]]) -> str:
 @groups_app.command("reset-offsets")
 @cluster_command()
 def reset_offsets(
-    bootstrap: str,
+    cluster: Cluster,
     group: GroupId,
     topics: Annotated[
         list[str] | None,
@@ -208,7 +214,7 @@ def reset_offsets(
         raise UsageError("Give either --topic or --all-topics.")
     requested = [_parse_topic_partitions(item) for item in topics or []]
 
-    session = connect_admin(bootstrap)
+    session = connect_admin(cluster)
     state = _state(_describe(session, group))
     if state not in (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD):
         raise CliError(
@@ -235,11 +241,11 @@ def reset_offsets(
 @groups_app.command("delete")
 @cluster_command()
 def delete_group(
-    bootstrap: str,
+    cluster: Cluster,
     group: GroupId,
 ) -> None:
     """Delete an inactive consumer group and its committed offsets."""
-    session = connect_admin(bootstrap)
+    session = connect_admin(cluster)
     futures = session.admin.delete_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)
     try:
         result_of(futures[group], f"Deleting group '{group}'")

@@ -12,10 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
-from onceflow.client_properties import ClientPropertiesError
-from onceflow.tools.clients import load_command_settings
-
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+from onceflow.client_properties import ClientPropertiesError, load_client_properties
+from onceflow.tools.clients import DEFAULT_BOOTSTRAP, Cluster
 
 BootstrapServer = Annotated[
     str,
@@ -28,9 +26,11 @@ BootstrapServer = Annotated[
 ]
 
 
-def _load_command_config(value: Path | None) -> Path | None:
+def _check_command_config(value: Path | None) -> Path | None:
+    """An unusable file is a usage error of the option (exit 2), before the command runs."""
     try:
-        load_command_settings(value)
+        if value is not None:
+            load_client_properties(value)
     except ClientPropertiesError as e:
         raise typer.BadParameter(str(e)) from None
     return value
@@ -42,7 +42,7 @@ CommandConfig = Annotated[
         "--command-config",
         metavar="FILE",
         help="Client settings (security.protocol, sasl.*, ssl.*), a Kafka properties file.",
-        callback=_load_command_config,
+        callback=_check_command_config,
     ),
 ]
 
@@ -92,18 +92,23 @@ def option_group(
 
 
 def cluster_command(
-    bootstrap: Any = BootstrapServer, default: str | None = DEFAULT_BOOTSTRAP
+    bootstrap: Any = BootstrapServer,
+    default: str | None = DEFAULT_BOOTSTRAP,
+    *,
+    into: str = "cluster",
 ) -> Callable[[Command], Command]:
     """A command that talks to a cluster: `-b/--bootstrap-server` (`bootstrap` with `default`)
-    and `--command-config` come after its own options, as every tool lists them, and the
-    address reaches the command as `bootstrap`. The command connects itself once its
-    arguments are checked, so a bad argument is reported before an unreachable broker;
-    --command-config's callback has loaded the client settings by then (client_config and
-    cluster_security read them)."""
+    and `--command-config` come after its own options, as every tool lists them, and reach
+    the command as one value, `cluster: Cluster` (the address and the client settings; `into`
+    names the parameter), which it hands to the tool functions: no setting outlives the
+    command. The command connects itself once its arguments are checked, so a bad argument
+    is reported before an unreachable broker."""
     return option_group(
-        "bootstrap",
+        into,
         [option("bootstrap_server", bootstrap, default), option("command_config", CommandConfig)],
-        lambda bootstrap_server, command_config: bootstrap_server,
+        lambda bootstrap_server, command_config: Cluster.from_options(
+            bootstrap_server, command_config
+        ),
     )
 
 

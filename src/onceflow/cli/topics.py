@@ -29,6 +29,7 @@ from onceflow.tools.clients import (
     INTERNAL_TOPICS,
     REQUEST_TIMEOUT_S,
     AdminSession,
+    Cluster,
     connect_admin,
     result_of,
 )
@@ -54,7 +55,7 @@ ExcludeInternal = Annotated[
 @topics_app.command("create")
 @cluster_command()
 def create_topic(
-    bootstrap: str,
+    cluster: Cluster,
     name: TopicName,
     partitions: Annotated[
         int | None,
@@ -79,7 +80,7 @@ def create_topic(
         ("--partitions", partitions, 1), ("--replication-factor", replication_factor, 1)
     )
     configs = parse_pairs(config or [], "--config")
-    session = connect_admin(bootstrap)
+    session = connect_admin(cluster)
     # -1 asks the broker for its default (KIP-464), as kafka-topics.sh does when omitted.
     new_topic = NewTopic(
         name,
@@ -107,11 +108,11 @@ def create_topic(
 @topics_app.command("list")
 @cluster_command()
 def list_topics(
-    bootstrap: str,
+    cluster: Cluster,
     exclude_internal: ExcludeInternal = False,
 ) -> None:
     """List topic names, one per line."""
-    session = connect_admin(bootstrap)
+    session = connect_admin(cluster)
     for name in _topic_names(session, exclude_internal):
         print(name)
 
@@ -119,14 +120,14 @@ def list_topics(
 @topics_app.command("describe")
 @cluster_command()
 def describe_topics(
-    bootstrap: str,
+    cluster: Cluster,
     name: Annotated[
         str | None, typer.Argument(metavar="[NAME]", help="Topic to describe (default: all).")
     ] = None,
     exclude_internal: ExcludeInternal = False,
 ) -> None:
     """Partitions, leaders, earliest/latest offsets and config overrides of topics."""
-    session = connect_admin(bootstrap)
+    session = connect_admin(cluster)
     if name is not None:
         session.require_topic(name)
         names = [name]
@@ -145,14 +146,14 @@ def describe_topics(
 @topics_app.command("delete")
 @cluster_command()
 def delete_topic(
-    bootstrap: str,
+    cluster: Cluster,
     name: TopicName,
     if_exists: Annotated[
         bool, typer.Option("--if-exists", help="Succeed quietly if the topic does not exist.")
     ] = False,
 ) -> None:
     """Delete a topic."""
-    session = connect_admin(bootstrap)
+    session = connect_admin(cluster)
     if name not in session.metadata.topics:
         if if_exists:
             return
@@ -171,7 +172,7 @@ def delete_topic(
 @topics_app.command("alter")
 @cluster_command()
 def alter_topic(
-    bootstrap: str,
+    cluster: Cluster,
     name: TopicName,
     add_config: Annotated[
         list[str] | None,
@@ -203,7 +204,7 @@ def alter_topic(
     both = sorted(set(added) & set(deleted))
     if both:
         raise UsageError(f"Config '{both[0]}' is both added and deleted.")
-    session = connect_admin(bootstrap)
+    session = connect_admin(cluster)
     session.require_topic(name)
     entries = [
         ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)

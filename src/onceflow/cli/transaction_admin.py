@@ -30,7 +30,7 @@ from onceflow.protocol.entities import build, sibling
 from onceflow.tools.clients import (
     CONNECT_TIMEOUT_S,
     REQUEST_TIMEOUT_S,
-    command_settings,
+    Cluster,
     parse_bootstrap,
 )
 from onceflow.tools.errors import BrokerUnreachableError, CliError, TopicNotFoundError, UsageError
@@ -61,11 +61,12 @@ COMPLETING_STATES = frozenset({TxnState.prepare_commit.value, TxnState.prepare_a
 
 
 @contextmanager
-def cluster(bootstrap: str) -> Iterator[KafkaClient]:
-    """A protocol client connected to the cluster; its errors become one-line CliErrors."""
-    bootstrap = parse_bootstrap(bootstrap)
+def connected(cluster: Cluster) -> Iterator[KafkaClient]:
+    """A protocol client connected to the cluster (with its --command-config security
+    settings); its errors become one-line CliErrors."""
+    bootstrap = parse_bootstrap(cluster.address)
     try:
-        security = ClientSecurity.from_settings(command_settings())
+        security = ClientSecurity.from_settings(cluster.settings)
     except ClientSecurityError as e:
         raise UsageError(f"--command-config: {e}") from None
     client = KafkaClient(

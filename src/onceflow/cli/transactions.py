@@ -19,7 +19,7 @@ Two ways to abort:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated
 
 import typer
@@ -33,7 +33,7 @@ from onceflow.cli.transaction_admin import (
     Description,
     ProducerInfo,
     TxnState,
-    cluster,
+    connected,
     describe_producers,
     describe_transaction,
     describe_transactions,
@@ -42,7 +42,7 @@ from onceflow.cli.transaction_admin import (
     write_abort_marker,
 )
 from onceflow.protocol.client import KafkaClient, KafkaResponseError, error_name
-from onceflow.tools.clients import ClientErrors, client_config
+from onceflow.tools.clients import ClientErrors, Cluster, client_config
 from onceflow.tools.errors import CliError, TopicNotFoundError, UsageError, kafka_error_text
 from onceflow.tools.output import note, result_table, stdout_console
 
@@ -108,7 +108,7 @@ def _print_description(d: Description) -> None:
 @transactions_app.command("list")
 @cluster_command()
 def list_command(
-    bootstrap: str,
+    cluster: Cluster,
     state: Annotated[
         list[str] | None,
         typer.Option(
@@ -133,7 +133,7 @@ def list_command(
 ) -> None:
     """List transactional ids, their coordinator, producer id and state."""
     states = [_state_name(s) for s in state or []]
-    with cluster(bootstrap) as client:
+    with connected(cluster) as client:
         listings = list_transactions(client, states, producer_id, duration_ms)
     table = result_table("TransactionalId", "Coordinator", "ProducerId", "TransactionState")
     for listing in listings:
@@ -149,13 +149,13 @@ def list_command(
 @transactions_app.command("describe")
 @cluster_command()
 def describe_command(
-    bootstrap: str,
+    cluster: Cluster,
     transactional_id: TransactionalId,
 ) -> None:
     """Show a transactional id's state, producer id and epoch, timeout, start and partitions,
     and the coordinator's finalized transaction.version (2: transactions version 2)."""
     _require_id(transactional_id)
-    with cluster(bootstrap) as client:
+    with connected(cluster) as client:
         description = describe_transaction(client, transactional_id)
     _print_description(description)
 
@@ -163,12 +163,12 @@ def describe_command(
 @transactions_app.command("describe-producers")
 @cluster_command()
 def describe_producers_command(
-    bootstrap: str,
+    cluster: Cluster,
     topic: Annotated[str, typer.Option("--topic", help="Topic name.")],
     partition: Annotated[int, typer.Option("--partition", min=0, help="Partition number.")],
 ) -> None:
     """Show the active producers of a partition and their open transactions."""
-    with cluster(bootstrap) as client:
+    with connected(cluster) as client:
         require_partition(client, topic, partition)
         producers = describe_producers(client, [(topic, partition)])[(topic, partition)]
     table = result_table(
@@ -238,7 +238,7 @@ def find_hanging(
 @transactions_app.command("find-hanging")
 @cluster_command()
 def find_hanging_command(
-    bootstrap: str,
+    cluster: Cluster,
     topic: Annotated[
         str | None, typer.Option("--topic", help="Search this topic only (default: all).")
     ] = None,
@@ -258,7 +258,7 @@ def find_hanging_command(
     """Find open transactions on partitions that no coordinator will ever complete."""
     if partition is not None and topic is None:
         raise UsageError("--partition needs --topic.")
-    with cluster(bootstrap) as client:
+    with connected(cluster) as client:
         if topic is not None and partition is not None:
             require_partition(client, topic, partition)
             partitions = [(topic, partition)]
@@ -304,7 +304,7 @@ def find_hanging_command(
 @transactions_app.command("abort")
 @cluster_command()
 def abort_command(
-    bootstrap: str,
+    cluster: Cluster,
     transactional_id: Annotated[
         str | None,
         typer.Option(
@@ -343,7 +343,7 @@ def abort_command(
                 "--start-offset or --producer-id/--producer-epoch/--coordinator-epoch."
             )
         _require_id(transactional_id)
-        _abort_by_transactional_id(bootstrap, transactional_id)
+        _abort_by_transactional_id(cluster, transactional_id)
         return
     if topic is None or partition is None:
         raise UsageError(
@@ -360,7 +360,7 @@ def abort_command(
             "Give --start-offset, or all of --producer-id, --producer-epoch and "
             "--coordinator-epoch."
         )
-    with cluster(bootstrap) as client:
+    with connected(cluster) as client:
         require_partition(client, topic, partition)
         if start_offset is not None:
             found = _producer_at_offset(client, topic, partition, start_offset)
@@ -403,8 +403,8 @@ def _marker_error_text(error: ErrorCode) -> str:
     return f"{reason} ({error_name(error)})." if reason else f"{error_name(error)}."
 
 
-def _abort_by_transactional_id(bootstrap: str, transactional_id: str) -> None:
-    with cluster(bootstrap) as client:
+def _abort_by_transactional_id(cluster: Cluster, transactional_id: str) -> None:
+    with connected(cluster) as client:
         before = describe_transaction(client, transactional_id)
         if before.state in COMPLETING_STATES:
             raise CliError(
@@ -416,7 +416,9 @@ def _abort_by_transactional_id(bootstrap: str, transactional_id: str) -> None:
                 f"Transactional id '{transactional_id}' has no open transaction "
                 f"(state {before.state}): nothing to abort."
             )
-        _fence(client.bootstrap_text, transactional_id, before.timeout_ms)
+        _fence(
+            replace(cluster, bootstrap=client.bootstrap_text), transactional_id, before.timeout_ms
+        )
         after = describe_transaction(client, transactional_id)
     print(
         f"Aborted the open transaction of '{transactional_id}': producer id "
@@ -425,12 +427,12 @@ def _abort_by_transactional_id(bootstrap: str, transactional_id: str) -> None:
     )
 
 
-def _fence(bootstrap: str, transactional_id: str, timeout_ms: int) -> None:
+def _fence(cluster: Cluster, transactional_id: str, timeout_ms: int) -> None:
     """init_transactions() with the id: the coordinator bumps the epoch (fencing the previous
     instance) and aborts its open transaction before it answers."""
     errors = ClientErrors()
     config = client_config(
-        bootstrap,
+        cluster,
         errors,
         {
             "transactional.id": transactional_id,

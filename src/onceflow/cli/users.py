@@ -27,7 +27,7 @@ from onceflow.broker.data_dir import META_PROPERTIES, DataDirError, open_data_di
 from onceflow.cli.options import cluster_command
 from onceflow.security.credentials import CredentialStore, CredentialStoreError, Table
 from onceflow.security.scram import DEFAULT_ITERATIONS, MECHANISMS, ScramMechanism, new_credential
-from onceflow.tools.clients import connect_admin, result_of
+from onceflow.tools.clients import Cluster, connect_admin, result_of
 from onceflow.tools.errors import CliError, UsageError, kafka_error_text
 from onceflow.tools.output import result_table, stdout_console
 
@@ -67,7 +67,7 @@ _CONFLUENT_MECHANISMS = {
 @users_app.command("set")
 @cluster_command(OptionalBootstrap, None)
 def set_user(
-    bootstrap: str | None,
+    cluster: Cluster,
     name: UserName,
     password_file: Annotated[
         Path,
@@ -88,14 +88,14 @@ def set_user(
             f"{scram.max_iterations} (Kafka's bounds)."
         )
     password = _read_password(password_file)
-    if _offline(data_dir, bootstrap):
+    if _offline(data_dir, cluster):
         assert data_dir is not None
         store = _open_store(data_dir)
         credential = new_credential(scram, password, iterations)
         _store(store, store.changed({(name, scram.name): credential}, []))
         typer.echo(f"Set {scram.name} credentials of user {name!r} in {data_dir}.")
         return
-    session = connect_admin(bootstrap or "127.0.0.1:9092")
+    session = connect_admin(cluster)
     info = ScramCredentialInfo(_CONFLUENT_MECHANISMS[scram.name], iterations)
     futures = session.admin.alter_user_scram_credentials(
         [UserScramCredentialUpsertion(name, info, password.encode())]
@@ -107,19 +107,19 @@ def set_user(
 @users_app.command("list")
 @cluster_command(OptionalBootstrap, None)
 def list_users(
-    bootstrap: str | None,
+    cluster: Cluster,
     data_dir: DataDir = None,
 ) -> None:
     """List users and their mechanisms (iterations), never a secret."""
     rows: list[tuple[str, str, int]] = []
-    if _offline(data_dir, bootstrap):
+    if _offline(data_dir, cluster):
         assert data_dir is not None
         store = _open_store(data_dir, create=False)
         for user in store.users():
             for mechanism, credential in sorted(store.credentials_of(user).items()):
                 rows.append((user, mechanism, credential.iterations))
     else:
-        session = connect_admin(bootstrap or "127.0.0.1:9092")
+        session = connect_admin(cluster)
         try:
             described = result_of(session.admin.describe_user_scram_credentials(), "Listing users")
         except KafkaException as e:
@@ -137,7 +137,7 @@ def list_users(
 @users_app.command("delete")
 @cluster_command(OptionalBootstrap, None)
 def delete_user(
-    bootstrap: str | None,
+    cluster: Cluster,
     name: UserName,
     mechanism: Annotated[
         str | None,
@@ -147,7 +147,7 @@ def delete_user(
 ) -> None:
     """Delete a user's credentials (of one mechanism, or all)."""
     names = [_mechanism(mechanism).name] if mechanism else list(MECHANISMS)
-    if _offline(data_dir, bootstrap):
+    if _offline(data_dir, cluster):
         assert data_dir is not None
         store = _open_store(data_dir, create=False)
         present = [m for m in names if m in store.credentials_of(name)]
@@ -156,7 +156,7 @@ def delete_user(
         _store(store, store.changed({}, [(name, m) for m in present]))
         typer.echo(f"Deleted {', '.join(present)} credentials of user {name!r}.")
         return
-    session = connect_admin(bootstrap or "127.0.0.1:9092")
+    session = connect_admin(cluster)
     try:
         described = result_of(
             session.admin.describe_user_scram_credentials([name])[name], "Describing the user"
@@ -181,8 +181,8 @@ def delete_user(
     typer.echo(f"Deleted {', '.join(present)} credentials of user {name!r}.")
 
 
-def _offline(data_dir: Path | None, bootstrap: str | None) -> bool:
-    if data_dir is not None and bootstrap is not None:
+def _offline(data_dir: Path | None, cluster: Cluster) -> bool:
+    if data_dir is not None and cluster.bootstrap is not None:
         raise UsageError("Give --data-dir (a stopped broker) or --bootstrap-server, not both.")
     return data_dir is not None
 

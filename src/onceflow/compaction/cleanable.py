@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from onceflow.records.batch import NO_TIMESTAMP
 
-DEFAULT_MIN_CLEANABLE_RATIO = 0.5  # min.cleanable.dirty.ratio (log.cleaner.min.cleanable.ratio)
 DEFAULT_MIN_COMPACTION_LAG_MS = 0  # min.compaction.lag.ms
 DEFAULT_MAX_COMPACTION_LAG_MS = (1 << 63) - 1  # max.compaction.lag.ms (Long.MAX_VALUE)
 DEFAULT_DELETE_RETENTION_MS = 24 * 3600 * 1000  # delete.retention.ms

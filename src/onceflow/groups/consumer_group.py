@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 Assignment = Mapping[uuid.UUID, frozenset[int]]
-EMPTY_ASSIGNMENT: Assignment = {}
 
 # A member epoch of -2 in a current-assignment record: a static member that left and may come
 # back (with the same instance id) within its session timeout.

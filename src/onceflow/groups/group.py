@@ -126,7 +126,6 @@ class ClassicGroup:
     group_id: str
     created_ms: int
     state: GroupState = GroupState.EMPTY
-    previous_state: GroupState = GroupState.DEAD
     state_timestamp_ms: int = -1
     generation_id: int = 0
     protocol_type: str | None = None
@@ -161,7 +160,6 @@ class ClassicGroup:
     def transition_to(self, target: GroupState, now_ms: int) -> None:
         if self.state not in VALID_PREVIOUS_STATES[target]:
             raise InvalidStateTransition(self.group_id, self.state, target)
-        self.previous_state = self.state
         self.state = target
         self.state_timestamp_ms = now_ms
 
@@ -169,9 +167,6 @@ class ClassicGroup:
         return self.state in VALID_PREVIOUS_STATES[GroupState.PREPARING_REBALANCE]
 
     # -- members ----------------------------------------------------------------------------
-
-    def has_member(self, member_id: str) -> bool:
-        return member_id in self.members
 
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id is not None and self.leader_id == member_id

@@ -29,6 +29,15 @@ from onceflow.log.config import LogConfig
 from onceflow.log.errors import DescriptorsExhaustedError, OffsetOutOfRangeError
 from onceflow.log.file_handles import file_handles
 from onceflow.log.full_disk import check_space
+from onceflow.log.offset_for_timestamp import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    max_timestamp_offset,
+    offset_for_time,
+)
 from onceflow.log.partition_log import PartitionLog
 from onceflow.log.producer_errors import CorruptSnapshotError, TxnError
 from onceflow.log.producer_state import CompletedTxn, DuplicateBatch, ProducerStateManager
@@ -407,6 +416,69 @@ class UnifiedLog:
     def delete(self) -> None:
         self.aborted.close()
         self.log.delete()
+
+    def abandon(self) -> None:
+        """Drop every descriptor without flushing (DeleteTopics: the files are about to go).
+        Reads still in flight then get LogClosedError, never another file's bytes."""
+        self.aborted.close()
+        self.log._abandon()
+
+    # -- what the admin requests read and change (Kafka's UnifiedLog.logStartOffset,
+    # logEndOffset, size, config, updateConfig, fetchOffsetByTimestamp,
+    # maybeIncrementLogStartOffset) ----------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def size(self) -> int:
+        """Bytes of the segments on disk."""
+        return self.log.size_in_bytes
+
+    @property
+    def config(self) -> LogConfig:
+        return self.log.config
+
+    def update_config(self, config: LogConfig) -> None:
+        """AlterConfigs: read at the next append, roll and retention check."""
+        self.log.config = config
+
+    def fetch_offset_by_timestamp(
+        self, timestamp: int, isolation: FetchIsolation
+    ) -> tuple[int, int]:
+        """ListOffsets: (offset, timestamp) for `timestamp` or one of the special timestamps,
+        among the records a reader with `isolation` may see (below the high watermark or the
+        last stable offset); (-1, -1) when there is none. The latest offset is that bound, the
+        earliest the log start offset (both with timestamp -1, as Kafka answers)."""
+        upper = (
+            self.last_stable_offset
+            if isolation is FetchIsolation.TXN_COMMITTED
+            else self.high_watermark
+        )
+        if timestamp in (LATEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP):
+            return upper, -1
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return self.log.log_start_offset, -1
+        if timestamp == MAX_TIMESTAMP:
+            return max_timestamp_offset(self.log, upper)
+        if timestamp < 0:
+            raise ValueError(f"no such special timestamp: {timestamp}")
+        return offset_for_time(self.log, timestamp, upper)
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """DeleteRecords: nothing below `offset` is served from now on (the caller checked it
+        is at most the high watermark); False when the log starts there or beyond already.
+        Durable only after `store_log_start_offset`."""
+        return self.log.advance_log_start_offset(offset)
+
+    def store_log_start_offset(self) -> None:
+        """Make the log start offset durable (it fsyncs: run it off the event loop)."""
+        self.log.store_log_start_offset()
 
 
 def _snapshot_files(directory: Path) -> list[tuple[int, Path]]:

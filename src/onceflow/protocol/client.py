@@ -322,13 +322,6 @@ class BrokerConnection:
             client_software_version=CLIENT_SOFTWARE_VERSION,
         )
 
-    def supports(self, api_key: int) -> bool:
-        try:
-            self.version_for(api_key)
-        except UnsupportedApiError:
-            return False
-        return True
-
     def version_for(
         self, api_key: int, min_version: int | None = None, max_version: int | None = None
     ) -> int:

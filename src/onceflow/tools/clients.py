@@ -9,7 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,22 +35,29 @@ REQUEST_TIMEOUT_S = 15.0
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
-# What --command-config FILE loaded, for every client this invocation makes (client_config
-# and cluster_security read it); set by the option's callback, reset by each invocation.
-_command_settings: dict[str, str] = {}
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
-def load_command_settings(path: Path | None) -> None:
-    """Take the client settings of --command-config FILE (none without one) for every client
-    this invocation makes; raises ClientPropertiesError for an unusable file."""
-    _command_settings.clear()
-    if path is not None:
-        _command_settings.update(load_client_properties(path))
+@dataclass(frozen=True)
+class Cluster:
+    """Where a tool connects and how: the bootstrap address (None when not given: the tools
+    that also work on a stopped broker's files take DEFAULT_BOOTSTRAP then) and the client
+    settings of --command-config FILE (librdkafka's names). The CLI builds one per invocation
+    and hands it to the tool functions, so no setting outlives the command."""
 
+    bootstrap: str | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)
 
-def command_settings() -> dict[str, str]:
-    """The client settings --command-config gave (librdkafka's names), or none."""
-    return dict(_command_settings)
+    @classmethod
+    def from_options(cls, bootstrap: str | None, command_config: Path | None) -> Cluster:
+        """From `--bootstrap-server` and `--command-config FILE`; raises
+        ClientPropertiesError for an unusable file."""
+        settings = {} if command_config is None else load_client_properties(command_config)
+        return cls(bootstrap, settings)
+
+    @property
+    def address(self) -> str:
+        return DEFAULT_BOOTSTRAP if self.bootstrap is None else self.bootstrap
 
 
 T = TypeVar("T")
@@ -105,16 +112,17 @@ class ClientErrors:
 
 
 def client_config(
-    bootstrap: str, errors: ClientErrors, overrides: Mapping[str, Any] | None = None
+    cluster: Cluster, errors: ClientErrors, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Base confluent-kafka configuration shared by every tool."""
+    """Base confluent-kafka configuration shared by every tool: the cluster's address and
+    settings, then `overrides`."""
     config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
+        "bootstrap.servers": cluster.address,
         "client.id": "onceflow-cli",
         "error_cb": errors,
         "logger": QUIET,  # librdkafka's lines repeat what error_cb delivers
         "socket.connection.setup.timeout.ms": int(CONNECT_TIMEOUT_S * 1000),
-        **_command_settings,
+        **cluster.settings,
     }
     config.update(overrides or {})
     return config
@@ -159,8 +167,12 @@ class AdminSession:
 
     admin: AdminClient
     errors: ClientErrors
-    bootstrap: str
+    cluster: Cluster  # its address checked and normalised
     metadata: ClusterMetadata
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.address
 
     def require_topic(self, topic: str) -> None:
         """TopicNotFoundError unless the topic exists (checked without auto-creating it)."""
@@ -168,12 +180,13 @@ class AdminSession:
             raise TopicNotFoundError(topic)
 
 
-def connect_admin(bootstrap: str) -> AdminSession:
-    """An AdminClient on `bootstrap`, after checking that a broker answers."""
-    bootstrap = parse_bootstrap(bootstrap)
+def connect_admin(cluster: Cluster) -> AdminSession:
+    """An AdminClient on `cluster`, after checking that a broker answers."""
+    cluster = replace(cluster, bootstrap=parse_bootstrap(cluster.address))
     errors = ClientErrors()
-    admin = AdminClient(client_config(bootstrap, errors))
-    return AdminSession(admin, errors, bootstrap, wait_for_cluster(admin, errors, bootstrap))
+    admin = AdminClient(client_config(cluster, errors))
+    metadata = wait_for_cluster(admin, errors, cluster.address)
+    return AdminSession(admin, errors, cluster, metadata)
 
 
 def result_of(future: concurrent.futures.Future[T], what: str) -> T:

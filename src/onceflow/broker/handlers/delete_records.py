@@ -57,20 +57,20 @@ def _delete_before(
     partition = ctx.topics.partition(topic, requested.partition_index)
     if partition is None:
         return -1, ErrorCode.unknown_topic_or_partition
-    if not partition.log.config.delete:
+    if not partition.config.delete:
         return -1, ErrorCode.policy_violation
     high_watermark = partition.high_watermark
     offset = high_watermark if requested.offset == HIGH_WATERMARK else requested.offset
     if not 0 <= offset <= high_watermark:
         return -1, ErrorCode.offset_out_of_range
     try:
-        if partition.log.advance_log_start_offset(offset):
+        if partition.maybe_increment_log_start_offset(offset):
             log.info("log start offset of %s-%d moved to %d", topic, partition.index, offset)
         # Stored even when not moved now: an earlier request's write may still be under way.
         moved.append(partition)
     except LogClosedError:
         return -1, ErrorCode.unknown_topic_or_partition  # deleted meanwhile
-    return partition.log.log_start_offset, ErrorCode.none
+    return partition.log_start_offset, ErrorCode.none
 
 
 async def _answer_when_stored(
@@ -79,7 +79,7 @@ async def _answer_when_stored(
     failed: dict[tuple[str, int], ErrorCode] = {}
     for partition in dict.fromkeys(moved):
         try:
-            await asyncio.to_thread(partition.log.store_log_start_offset)
+            await asyncio.to_thread(partition.store_log_start_offset)
         except LogClosedError:
             failed[(partition.topic, partition.index)] = ErrorCode.unknown_topic_or_partition
         except OSError as e:
