@@ -317,6 +317,9 @@ class Targets:
     # Client roles whose processes are paused or crashed most (the transactional ones).
     writers: tuple[str, ...] = ("producer", "copier")
     nodes: NodeFaults | None = None  # verify --apache-kafka: the cluster's nodes
+    # When a writer is paused or crashed: any time, inside a transaction, or committing (the
+    # database workload strikes its loaders only inside their database transactions).
+    moments: tuple[str, ...] = ("any", "in-txn", "committing")  # workers.MOMENTS
 
 
 def restart_broker(broker: EmbeddedBroker, attempts: int = 3) -> None:
@@ -541,7 +544,7 @@ class Nemesis:
         its commit is in flight (the outcome is then unknown to it)."""
         if name not in self.targets.clients.names(self.targets.writers):
             return "any"
-        return self.rng.choice(("any", "in-txn", "committing"))
+        return self.rng.choice(self.targets.moments)
 
     def _client(self) -> str | None:
         clients = self.targets.clients

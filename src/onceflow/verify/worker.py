@@ -13,6 +13,7 @@ import sys
 import threading
 from types import FrameType
 
+from onceflow.verify.database_workload import LOADER, run_loader
 from onceflow.verify.history import INFO, WORKER
 from onceflow.verify.workload import RUNNERS, ClientError, OpStream, WorkerSpec, WorkloadSpec
 
@@ -35,7 +36,7 @@ def main(argv: list[str]) -> int:
     stream = OpStream(sys.stdout.fileno())
     stream.emit(INFO, WORKER, {"event": "started", "role": spec.role})
     try:
-        RUNNERS[spec.role](spec, workload, stream, stop)
+        {**RUNNERS, LOADER: run_loader}[spec.role](spec, workload, stream, stop)
     except ClientError as e:
         stream.emit(INFO, WORKER, {"event": "gave-up", "error": str(e)})
         return EXIT_CLIENT_ERROR
