@@ -15,8 +15,9 @@ import sqlalchemy as sa
 from onceflow.verify.database_check import check_database
 from onceflow.verify.database_workload import DATABASE_READ, read_database, rows_table
 from onceflow.verify.faults import FAULT_KINDS
-from onceflow.verify.history import FAIL, TXN, History, Op
+from onceflow.verify.history import FAIL, NEMESIS, OK, TXN, History, Op
 from onceflow.verify.workload import WorkloadSpec
+from tests.spark.postgres import require_postgres
 from tests.verify.runs import assert_clean, run_verify
 
 
@@ -119,3 +120,24 @@ def test_an_aborted_row_in_the_table_is_found() -> None:
     anomalies, _ = check_database(ops)
     found = sorted((a.kind, a.details.get("txn") or a.details.get("store")) for a in anomalies)
     assert found == [("aborted-read", "l.1"), ("aborted-read", "p.2")], anomalies
+
+
+def test_verify_database_on_its_own_postgres_killed(tmp_path: Path) -> None:
+    """--postgres: the run's PostgreSQL server is SIGKILLed (postmaster and backends) and
+    restarted under the loaders (seed 4: the first kill is the server's); 0 anomalies."""
+    require_postgres()
+    report, _ = run_verify(
+        tmp_path,
+        *("--workload", "database", "--postgres", "--duration", "20s", "--faults", "kill"),
+        *("--seed", "4", "--transaction-timeout-ms", "5000"),
+        timeout=240,
+    )
+    assert report["valid"] and report["ok"], report
+    assert report["operations"]["database_rows"] >= 200, report["operations"]
+    assert report["operations"]["database_unstored"] == 0, report["operations"]
+    kills = [
+        op.value["target"]
+        for op in History.load(Path(report["history"])).ops
+        if op.process == NEMESIS and op.f == "kill" and op.type == OK
+    ]
+    assert kills[:1] == ["database server"], kills

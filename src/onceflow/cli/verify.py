@@ -180,6 +180,16 @@ def verify_command(
             "sqlite:///FILE [an SQLite file in the work directory].",
         ),
     ] = None,
+    postgres: Annotated[
+        bool,
+        typer.Option(
+            "--postgres",
+            help="With --workload database: start a PostgreSQL server of the distribution's "
+            "packages (initdb and postgres, /usr/lib/postgresql/*/bin or PATH) for the run, "
+            "on a free port in a temporary directory, as the database; kill then SIGKILLs it "
+            "(postmaster and backends) or the broker, at random, and restarts it.",
+        ),
+    ] = False,
     transaction_timeout_ms: Annotated[
         int,
         typer.Option(
@@ -234,8 +244,10 @@ def verify_command(
         raise UsageError(f"Invalid --faults: {e}.") from None
     if workload not in ("default", "compacted", "database"):
         raise UsageError(f"Invalid --workload '{workload}': default, compacted or database.")
-    if sink_url is not None and workload != "database":
-        raise UsageError("--sink-url needs --workload database.")
+    if (sink_url is not None or postgres) and workload != "database":
+        raise UsageError("--sink-url and --postgres need --workload database.")
+    if sink_url is not None and postgres:
+        raise UsageError("--sink-url or --postgres, not both.")
     options = VerifyOptions(
         duration_s=parse_duration(duration),
         faults=kinds,
@@ -252,6 +264,7 @@ def verify_command(
         workload=workload,
         mirror=mirror,
         sink_url=sink_url,
+        postgres=postgres,
     )
     err = stderr_console()
     target = "the embedded broker" if options.embedded else options.bootstrap

@@ -27,7 +27,9 @@ from confluent_kafka import KafkaException, Message
 from onceflow.sql.consumer import DatabaseConsumer
 from onceflow.sql.engine import DatabaseError, describe, engine_for, first_line
 from onceflow.sql.positions import read_positions
+from onceflow.sql.postgres_server import PostgresError, PostgresServer
 from onceflow.sql.tables import positions_table
+from onceflow.verify.faults import FaultError
 from onceflow.verify.final_reads import _nothing_left
 from onceflow.verify.history import (
     ABORT,
@@ -81,6 +83,22 @@ def prepare_database(url: str, table: str) -> None:
             md.create_all(conn, checkfirst=True)
     except sa.exc.SQLAlchemyError as e:
         raise DatabaseError(f"cannot use the database {describe(url)}: {first_line(e)}") from None
+
+
+class ManagedDatabase:
+    """The run's own PostgreSQL server (verify --postgres), for the kill fault."""
+
+    def __init__(self, server: PostgresServer) -> None:
+        self.server = server
+
+    def kill(self) -> None:
+        self.server.kill()
+
+    def restart(self) -> None:
+        try:
+            self.server.restart()
+        except PostgresError as e:
+            raise FaultError(f"PostgreSQL does not restart: {e}") from e
 
 
 class _RolledBack(Exception):

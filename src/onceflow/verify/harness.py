@@ -37,6 +37,7 @@ import random
 import re
 import secrets
 import shutil
+import subprocess
 import tempfile
 import time
 from collections import Counter, deque
@@ -51,10 +52,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.sql.engine import DatabaseError, describe
+from onceflow.sql.postgres_server import PostgresError, PostgresServer, binaries
 from onceflow.verify.checker import CheckResult, check
 from onceflow.verify.database_check import check_database
 from onceflow.verify.database_workload import (
     LOADER,
+    ManagedDatabase,
     prepare_database,
     read_database,
     wait_stored,
@@ -191,6 +194,7 @@ class VerifyOptions(ClientCounts):
     workload: str = DEFAULT  # or COMPACTED
     mirror: bool = False  # a target broker and the mirror pipeline (embedded only)
     sink_url: str | None = None  # the database workload's database [SQLite in work_dir]
+    postgres: bool = False  # the database workload: a PostgreSQL server of its own, killed
 
     @property
     def embedded(self) -> bool:
@@ -278,8 +282,10 @@ def run_verify(
     loaders = options.copiers if options.workload == DATABASE else 0
     if loaders:
         options = dataclasses.replace(options, copiers=0)
-    if options.sink_url is not None and options.workload != DATABASE:
-        raise VerifyError("a sink URL needs the database workload")
+    if (options.sink_url is not None or options.postgres) and options.workload != DATABASE:
+        raise VerifyError("a sink URL or a PostgreSQL server needs the database workload")
+    if options.sink_url is not None and options.postgres:
+        raise VerifyError("a sink URL, or a PostgreSQL server of the run's: not both")
     distribution = None
     if options.apache_kafka is not None:  # before anything is made: a wrong DIR is a usage error
         try:
@@ -314,6 +320,7 @@ def run_verify(
     target_log: _LogTail | None = None
     mirror: SupervisedMirror | None = None
     kafka: ManagedKafka | None = None
+    postgres: PostgresServer | None = None
     details: dict[str, Any] = {"topic_tag": tag}
     try:
         if options.embedded:
@@ -351,6 +358,9 @@ def run_verify(
         topics = (
             {f"verify-{tag}-kv": 3} if compacted else {f"verify-{tag}-a": 3, f"verify-{tag}-b": 2}
         )
+        if loaders and options.postgres:
+            report(Progress("starting PostgreSQL", 0, options.duration_s))
+            postgres = _postgres()
         workload = WorkloadSpec(
             topics=topics,
             copy_output=f"verify-{tag}-copy",
@@ -364,9 +374,7 @@ def run_verify(
             group_protocol=options.group_protocol,
             keys_per_partition=KEYS_PER_PARTITION if compacted else 0,
             tombstone_ratio=TOMBSTONE_RATIO if compacted else 0.0,
-            sink_url=(options.sink_url or f"sqlite:///{work_dir.resolve() / DATABASE_FILE}")
-            if loaders
-            else "",
+            sink_url=_sink_url(options, work_dir, postgres),
             sink_table=f"verify_{tag}" if loaders else "",
         )
         if loaders:
@@ -440,6 +448,7 @@ def run_verify(
                 (LOADER,) if loaders else (PRODUCER, COPIER),
                 kafka,
                 moments=(IN_TXN, COMMITTING) if loaders else MOMENTS,
+                database=ManagedDatabase(postgres) if postgres else None,
             ),
             history,
             rng,
@@ -570,6 +579,8 @@ def run_verify(
             mirror.stop()
         if kafka is not None:
             kafka.stop()
+        if postgres is not None:
+            postgres.close()
         for name, supervised in (("broker", broker), ("target broker", target)):
             if supervised is not None and supervised.stop() not in (0, None):
                 notes.append(f"the {name} did not shut down cleanly")
@@ -595,6 +606,23 @@ def run_verify(
     if temporary and run.ok:
         shutil.rmtree(work_dir, ignore_errors=True)
     return run
+
+
+def _postgres() -> PostgresServer:
+    """The database workload's own PostgreSQL server (options.postgres), started."""
+    try:
+        return PostgresServer(binaries()).start()
+    except (PostgresError, OSError, subprocess.CalledProcessError) as e:
+        raise VerifyError(f"cannot start PostgreSQL: {e}") from e
+
+
+def _sink_url(options: VerifyOptions, work_dir: Path, postgres: PostgresServer | None) -> str:
+    """The database workload's database: given, the run's PostgreSQL, or an SQLite file."""
+    if options.workload != DATABASE:
+        return ""
+    if postgres is not None:
+        return postgres.new_database("verify")
+    return options.sink_url or f"sqlite:///{work_dir.resolve() / DATABASE_FILE}"
 
 
 def usable_faults(options: VerifyOptions) -> tuple[list[str], dict[str, str]]:
