@@ -284,6 +284,9 @@ def run_verify(
         options = dataclasses.replace(options, copiers=0)
     if (options.sink_url is not None or options.postgres) and options.workload != DATABASE:
         raise VerifyError("a sink URL or a PostgreSQL server needs the database workload")
+    if loaders and options.group_protocol != "classic":
+        # DatabaseConsumer assigns in its rebalance callback: the classic, eager protocol
+        raise VerifyError("the database workload's loaders use the classic group protocol")
     if options.sink_url is not None and options.postgres:
         raise VerifyError("a sink URL, or a PostgreSQL server of the run's: not both")
     distribution = None
