@@ -26,10 +26,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from onceflow.verify.anomalies import Anomaly, listed, listed_rows, place_details
-from onceflow.verify.database_workload import DATABASE_READ, LOADER
+from onceflow.verify.database_workload import DATABASE_READ
 from onceflow.verify.faults import CRASH_CLIENT
 from onceflow.verify.history import NEMESIS, OK, READ_COMMITTED, Op
 from onceflow.verify.indexed_history import FinalPass, IndexedHistory
+from onceflow.verify.workload import LOADER
 
 
 def check_database(ops: Iterable[Op]) -> tuple[list[Anomaly], dict[str, Any]]:

@@ -54,7 +54,6 @@ from onceflow.verify.workload import (
     text,
 )
 
-LOADER = "loader"
 DATABASE_READ = "database-read"  # the op (and process) of the harness's read of the table
 STORE = "store"  # marks a txn operation as a database transaction
 

@@ -56,7 +56,6 @@ from onceflow.sql.postgres_server import PostgresError, PostgresServer, binaries
 from onceflow.verify.checker import CheckResult, check
 from onceflow.verify.database_check import check_database
 from onceflow.verify.database_workload import (
-    LOADER,
     ManagedDatabase,
     prepare_database,
     read_database,
@@ -110,6 +109,7 @@ from onceflow.verify.proxy import KafkaProxy
 from onceflow.verify.workers import COMMITTING, IN_TXN, MOMENTS, WorkerPool
 from onceflow.verify.workload import (
     COPIER,
+    LOADER,
     OFFSETS_READER,
     PRODUCER,
     READER,

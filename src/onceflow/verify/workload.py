@@ -56,6 +56,7 @@ from onceflow.verify.history import (
 )
 
 PRODUCER, COPIER, READER, OFFSETS_READER = "producer", "copier", "reader", "offsets"
+LOADER = "loader"  # the database workload's copier (database_workload.py)
 ROLES = (PRODUCER, COPIER, READER, OFFSETS_READER)
 COPY_MARK = ">"  # an output value is `<input value>><copier transaction>`
 
