@@ -164,9 +164,32 @@ def verify_command(
             "compacted: keyed transactional producers (a small key space, tombstones, aborts) "
             "on a compacted topic with tiny segments and an eager cleaner, checked for the "
             "last committed value of every key, no aborted value after cleaning and no "
-            "offset changed.",
+            "offset changed; "
+            "database: loaders instead of copiers, consumers (onceflow.sql's DatabaseConsumer, "
+            "read_committed) that store the input into a SQL table, rows and positions in one "
+            "database transaction, killed mid-transaction by crash-client; the table is checked "
+            "to equal the committed input exactly (none lost, none twice, nothing aborted).",
         ),
     ] = "default",
+    sink_url: Annotated[
+        str | None,
+        typer.Option(
+            "--sink-url",
+            metavar="URL",
+            help="With --workload database: the database, postgresql://USER@HOST:PORT/DB or "
+            "sqlite:///FILE [an SQLite file in the work directory].",
+        ),
+    ] = None,
+    postgres: Annotated[
+        bool,
+        typer.Option(
+            "--postgres",
+            help="With --workload database: start a PostgreSQL server of the distribution's "
+            "packages (initdb and postgres, /usr/lib/postgresql/*/bin or PATH) for the run, "
+            "on a free port in a temporary directory, as the database; kill then SIGKILLs it "
+            "(postmaster and backends) or the broker, at random, and restarts it.",
+        ),
+    ] = False,
     transaction_timeout_ms: Annotated[
         int,
         typer.Option(
@@ -219,8 +242,12 @@ def verify_command(
         kinds = parse_faults(faults, mirror, apache_kafka is not None)
     except ValueError as e:
         raise UsageError(f"Invalid --faults: {e}.") from None
-    if workload not in ("default", "compacted"):
-        raise UsageError(f"Invalid --workload '{workload}': default or compacted.")
+    if workload not in ("default", "compacted", "database"):
+        raise UsageError(f"Invalid --workload '{workload}': default, compacted or database.")
+    if (sink_url is not None or postgres) and workload != "database":
+        raise UsageError("--sink-url and --postgres need --workload database.")
+    if sink_url is not None and postgres:
+        raise UsageError("--sink-url or --postgres, not both.")
     options = VerifyOptions(
         duration_s=parse_duration(duration),
         faults=kinds,
@@ -236,6 +263,8 @@ def verify_command(
         group_protocol=group_protocol,
         workload=workload,
         mirror=mirror,
+        sink_url=sink_url,
+        postgres=postgres,
     )
     err = stderr_console()
     target = "the embedded broker" if options.embedded else options.bootstrap

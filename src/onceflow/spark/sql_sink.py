@@ -49,8 +49,8 @@ SQL_FORMAT = "onceflow-sql"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 # Test and demo hook: SIGKILL the driver (its whole process group: the Python driver, the JVM,
-# the workers) right after the database committed this batch and before Spark's commit log
-# records it.
+# the workers) right after the database committed this batch (`3`), or this table's batch
+# (`word_counts:3`), and before Spark's commit log records it.
 CRASH_AFTER_COMMIT_ENV = "ONCEFLOW_SQL_CRASH_AFTER_COMMIT"
 # Test hook: a directory where a file `fail-task-TABLE` makes one task writing TABLE fail
 # right after its rows are staged (committed in staging) and before it reports them.
@@ -214,6 +214,12 @@ def _parent(pid: int) -> int:
     return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
+def crash_point(table: str, batch_id: int) -> bool:
+    """Whether CRASH_AFTER_COMMIT_ENV names this batch (of any table, or of this one)."""
+    name, _, batch = os.environ.get(CRASH_AFTER_COMMIT_ENV, "").rpartition(":")
+    return batch == str(batch_id) and name in ("", table)
+
+
 def kill_driver() -> None:
     """SIGKILL the driver: the JVM's process group (the JVM and the Python driver that launched
     it) and this worker's own (PySpark's daemon puts its workers in a group of their own)."""
@@ -266,7 +272,7 @@ class SqlStreamWriter(DataSourceStreamArrowWriter):
         )
         if moved is None:
             log.info("onceflow-sql: batch %d was already committed: nothing changed", batchId)
-        if os.environ.get(CRASH_AFTER_COMMIT_ENV) == str(batchId):
+        if crash_point(self.options.table, batchId):
             kill_driver()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

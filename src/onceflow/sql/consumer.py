@@ -61,6 +61,8 @@ class DatabaseConsumer:
             }
         )
         self.consumer.subscribe(list(topics), on_assign=self._on_assign)
+        # The consumer is past a batch the database did not take: seek back before polling.
+        self._behind = False
 
     def _on_assign(self, consumer: Consumer, partitions: list) -> None:
         positions = read_positions(self.url, self.pipeline)
@@ -73,14 +75,25 @@ class DatabaseConsumer:
 
     def poll_batch(self, store: Store, max_messages: int = 500, timeout_s: float = 1.0) -> int:
         """One poll: the messages stored and their positions written in one transaction.
-        Returns the number of messages stored."""
+        Returns the number of messages stored.
+
+        A batch the database did not take (the store raised, the commit failed) is consumed
+        again: the next poll first seeks to the database's positions, so a caller that goes on
+        after the exception loses nothing. Only fatal consumer errors are raised; the others
+        (a broker gone, a timeout) librdkafka recovers from by itself, and the messages
+        consumed with them are stored."""
+        if self._behind:
+            self._seek_to_database()
+            self._behind = False
         messages = []
         for message in self.consumer.consume(max_messages, timeout_s):
             error = message.error()
             if error is None:
                 messages.append(message)
-            elif error.code() != KafkaError._PARTITION_EOF:
+            elif error.fatal():
                 raise KafkaException(error)
+            elif error.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer error (retried by the client): %s", error)
         if not messages:
             return 0
         spans: dict[tuple[str, int], list[int]] = {}
@@ -96,6 +109,9 @@ class DatabaseConsumer:
             log.warning("%s: seeking to the database's positions", exc)
             self._seek_to_database()
             return 0
+        except BaseException:
+            self._behind = True
+            raise
         return len(messages)
 
     def _advance(self, conn: Connection, topic: str, partition: int, first: int, end: int) -> None:
@@ -126,4 +142,8 @@ class DatabaseConsumer:
             while until is None or not until():
                 self.poll_batch(store, max_messages)
         finally:
-            self.consumer.close()
+            self.close()
+
+    def close(self) -> None:
+        """Leave the group (the positions are in the database: nothing to commit)."""
+        self.consumer.close()

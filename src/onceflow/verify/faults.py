@@ -3,7 +3,8 @@
 One fault at a time: a calm spell, then a fault held for a while, then healed, each recorded
 in the history (process `nemesis`: invoke when injected, ok when healed, fail if it could not
 be injected). Kinds:
-- kill: SIGKILL of the broker, restarted (same port, same data) after a moment;
+- kill: SIGKILL of the broker, restarted (same port, same data) after a moment; with the
+  database workload's own PostgreSQL server (verify --postgres), of it or the broker;
 - pause: SIGSTOP of the broker or of one client process, SIGCONT after long enough to trip
   request and transaction timeouts;
 - crash-client: SIGKILL of a client process, mid-transaction or mid-poll; a new instance
@@ -119,6 +120,13 @@ class Mirror(Protocol):
 
     def ready(self) -> bool: ...
     def kill(self) -> dict[str, int]: ...
+    def restart(self) -> None: ...
+
+
+class DatabaseServer(Protocol):
+    """A database server the run started (database_workload.ManagedDatabase)."""
+
+    def kill(self) -> None: ...
     def restart(self) -> None: ...
 
 
@@ -317,6 +325,11 @@ class Targets:
     # Client roles whose processes are paused or crashed most (the transactional ones).
     writers: tuple[str, ...] = ("producer", "copier")
     nodes: NodeFaults | None = None  # verify --apache-kafka: the cluster's nodes
+    # When a writer is paused or crashed: any time, inside a transaction, or committing (the
+    # database workload strikes its loaders only inside their database transactions).
+    moments: tuple[str, ...] = ("any", "in-txn", "committing")  # workers.MOMENTS
+    # verify --workload database --postgres: the run's PostgreSQL server, a target of kill
+    database: DatabaseServer | None = None
 
 
 def restart_broker(broker: EmbeddedBroker, attempts: int = 3) -> None:
@@ -400,6 +413,10 @@ class Nemesis:
 
     def _plan(self, kind: str) -> dict[str, Any] | None:
         t, rng = self.targets, self.rng
+        if kind == KILL and t.database is not None and rng.random() < 0.5:
+            database = t.database
+            hold = rng.uniform(0.2, 3.0)
+            return self._make("database server", hold, database.kill, database.restart)
         if kind == KILL and t.broker is not None:
             broker, name = t.broker, "broker"
             if t.mirror_target is not None and rng.random() < 0.5:
@@ -541,7 +558,7 @@ class Nemesis:
         its commit is in flight (the outcome is then unknown to it)."""
         if name not in self.targets.clients.names(self.targets.writers):
             return "any"
-        return self.rng.choice(("any", "in-txn", "committing"))
+        return self.rng.choice(self.targets.moments)
 
     def _client(self) -> str | None:
         clients = self.targets.clients

@@ -17,6 +17,12 @@ on one topic with `cleanup.policy=compact`, tiny segments and an eager cleaner, 
 cleaning round after the producers stop, and counts the cleaner's rounds on that topic from
 the broker's log (one "cleaned T-P [..)" line a round).
 
+The database workload (`workload="database"`) runs loaders instead of copiers: consumers in
+the copiers' group that store the input into a SQL table, rows and positions in one database
+transaction (database_workload.py); `sink_url` is the database (by default an SQLite file in the
+run's directory). After the producers stop the harness waits for the positions to cover the
+committed input, reads the table into the history, and database_check.py checks it.
+
 With `mirror=True` (embedded only) a second embedded broker is the target of the mirror
 pipeline, run as a supervised child process from the start of the workload (mirror_run.py);
 `kill` kills either broker, `kill-mirror` the mirror's driver. At the end, after the source's
@@ -31,6 +37,7 @@ import random
 import re
 import secrets
 import shutil
+import subprocess
 import tempfile
 import time
 from collections import Counter, deque
@@ -44,7 +51,16 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.sql.engine import DatabaseError, describe
+from onceflow.sql.postgres_server import PostgresError, PostgresServer, binaries
 from onceflow.verify.checker import CheckResult, check
+from onceflow.verify.database_check import check_database
+from onceflow.verify.database_workload import (
+    ManagedDatabase,
+    prepare_database,
+    read_database,
+    wait_stored,
+)
 from onceflow.verify.faults import (
     APACHE_KAFKA_ONLY,
     BROKER_ONLY,
@@ -90,9 +106,10 @@ from onceflow.verify.mirror_run import (
     wait_caught_up,
 )
 from onceflow.verify.proxy import KafkaProxy
-from onceflow.verify.workers import WorkerPool
+from onceflow.verify.workers import COMMITTING, IN_TXN, MOMENTS, WorkerPool
 from onceflow.verify.workload import (
     COPIER,
+    LOADER,
     OFFSETS_READER,
     PRODUCER,
     READER,
@@ -112,8 +129,9 @@ EMBEDDED_SETTINGS = {
     "log.segment.bytes": str(1 << 20),
 }
 
-DEFAULT, COMPACTED = "default", "compacted"
-WORKLOADS = (DEFAULT, COMPACTED)
+DEFAULT, COMPACTED, DATABASE = "default", "compacted", "database"
+WORKLOADS = (DEFAULT, COMPACTED, DATABASE)
+DATABASE_FILE = "database.sqlite"  # the database workload's default: in the run's directory
 # The compacted workload: a segment rolled every 16 KiB or 2 s and a cleaner that looks every
 # 200 ms and cleans any dirt, so that it cleans many times during a run; tombstones (and the
 # markers of cleaned-away transactions) may go 2 s after the first clean that saw them.
@@ -175,6 +193,8 @@ class VerifyOptions(ClientCounts):
     calm_s: tuple[float, float] = (1.0, 4.0)
     workload: str = DEFAULT  # or COMPACTED
     mirror: bool = False  # a target broker and the mirror pipeline (embedded only)
+    sink_url: str | None = None  # the database workload's database [SQLite in work_dir]
+    postgres: bool = False  # the database workload: a PostgreSQL server of its own, killed
 
     @property
     def embedded(self) -> bool:
@@ -258,6 +278,17 @@ def run_verify(
     compacted = options.workload == COMPACTED
     if compacted:  # keyed producers and readers only: no copiers on a compacted input
         options = dataclasses.replace(options, copiers=0)
+    # The database workload: as many loaders (into the database) as copiers were asked for.
+    loaders = options.copiers if options.workload == DATABASE else 0
+    if loaders:
+        options = dataclasses.replace(options, copiers=0)
+    if (options.sink_url is not None or options.postgres) and options.workload != DATABASE:
+        raise VerifyError("a sink URL or a PostgreSQL server needs the database workload")
+    if loaders and options.group_protocol != "classic":
+        # DatabaseConsumer assigns in its rebalance callback: the classic, eager protocol
+        raise VerifyError("the database workload's loaders use the classic group protocol")
+    if options.sink_url is not None and options.postgres:
+        raise VerifyError("a sink URL, or a PostgreSQL server of the run's: not both")
     distribution = None
     if options.apache_kafka is not None:  # before anything is made: a wrong DIR is a usage error
         try:
@@ -292,6 +323,7 @@ def run_verify(
     target_log: _LogTail | None = None
     mirror: SupervisedMirror | None = None
     kafka: ManagedKafka | None = None
+    postgres: PostgresServer | None = None
     details: dict[str, Any] = {"topic_tag": tag}
     try:
         if options.embedded:
@@ -329,6 +361,9 @@ def run_verify(
         topics = (
             {f"verify-{tag}-kv": 3} if compacted else {f"verify-{tag}-a": 3, f"verify-{tag}-b": 2}
         )
+        if loaders and options.postgres:
+            report(Progress("starting PostgreSQL", 0, options.duration_s))
+            postgres = _postgres()
         workload = WorkloadSpec(
             topics=topics,
             copy_output=f"verify-{tag}-copy",
@@ -342,7 +377,15 @@ def run_verify(
             group_protocol=options.group_protocol,
             keys_per_partition=KEYS_PER_PARTITION if compacted else 0,
             tombstone_ratio=TOMBSTONE_RATIO if compacted else 0.0,
+            sink_url=_sink_url(options, work_dir, postgres),
+            sink_table=f"verify_{tag}" if loaders else "",
         )
+        if loaders:
+            details["database"] = {"url": describe(workload.sink_url), "table": workload.sink_table}
+            try:
+                prepare_database(workload.sink_url, workload.sink_table)
+            except DatabaseError as e:
+                raise VerifyError(str(e)) from e
         configs = dict.fromkeys(workload.topics, COMPACTED_TOPIC_CONFIGS if compacted else {})
         configs[workload.copy_output] = {}
         details["topics"] = {**workload.topics, workload.copy_output: 2}
@@ -383,6 +426,8 @@ def run_verify(
             pool.add(READER, slot, READ_COMMITTED)
         for slot in range(options.uncommitted_readers):
             pool.add(READER, slot, READ_UNCOMMITTED)
+        for slot in range(loaders):
+            pool.add(LOADER, slot)
         if options.copiers:
             pool.add(OFFSETS_READER, 0)
         if kafka is not None:  # a writer's slot name is its transactional.id
@@ -395,7 +440,19 @@ def run_verify(
 
         nemesis = Nemesis(
             tuple(kinds),
-            Targets(broker, pool, proxy, disk, mirror, target, nodes=kafka),
+            Targets(
+                broker,
+                pool,
+                proxy,
+                disk,
+                mirror,
+                target,
+                # the database workload's subject: its loaders are paused and killed most
+                (LOADER,) if loaders else (PRODUCER, COPIER),
+                kafka,
+                moments=(IN_TXN, COMMITTING) if loaders else MOMENTS,
+                database=ManagedDatabase(postgres) if postgres else None,
+            ),
             history,
             rng,
             calm=options.calm_s,
@@ -445,6 +502,12 @@ def run_verify(
             details["copiers_drained"] = drained
             if not drained:
                 notes.append("the copiers did not copy all the input before the deadline")
+        if loaders:
+            report(Progress("loaders draining", time.monotonic() - run_started, options.duration_s))
+            stored = wait_stored(bootstrap, workload, max(60.0, 4 * stop_s), tag)
+            details["loaders_drained"] = stored
+            if not stored:
+                errors.append("the loaders did not store all the input before the deadline")
         killed += pool.stop(timeout=stop_s)
         if killed:
             notes.append(f"clients killed at the end (did not stop in time): {killed}")
@@ -466,6 +529,8 @@ def run_verify(
             for isolation in (READ_COMMITTED, READ_UNCOMMITTED):
                 final_pass(bootstrap, workload, isolation, history, settle_s, tag)
             final_offsets(bootstrap, workload, history)
+            if loaders:
+                read_database(workload, history)
             if mirror is not None and target is not None:
                 caught_up = _mirror_finish(
                     max(MIRROR_CATCH_UP_S, options.duration_s),
@@ -494,6 +559,12 @@ def run_verify(
         details["run_s"] = round(check_started - started, 2)
         if mirror is not None:
             result.anomalies.extend(check_mirror(history.ops, target_topic))
+        if loaders:
+            found, figures = check_database(source_ops(history.ops))
+            result.anomalies.extend(found)
+            result.stats.update(figures)
+            if not figures.get("database_read", True):
+                errors.append("the database could not be read at the end")
         # A run where nothing got through proves nothing: that is a failure, not a pass.
         if options.producers and not result.stats["committed"]:
             errors.append("no transaction committed: the workload made no progress")
@@ -511,6 +582,8 @@ def run_verify(
             mirror.stop()
         if kafka is not None:
             kafka.stop()
+        if postgres is not None:
+            postgres.close()
         for name, supervised in (("broker", broker), ("target broker", target)):
             if supervised is not None and supervised.stop() not in (0, None):
                 notes.append(f"the {name} did not shut down cleanly")
@@ -536,6 +609,23 @@ def run_verify(
     if temporary and run.ok:
         shutil.rmtree(work_dir, ignore_errors=True)
     return run
+
+
+def _postgres() -> PostgresServer:
+    """The database workload's own PostgreSQL server (options.postgres), started."""
+    try:
+        return PostgresServer(binaries()).start()
+    except (PostgresError, OSError, subprocess.CalledProcessError) as e:
+        raise VerifyError(f"cannot start PostgreSQL: {e}") from e
+
+
+def _sink_url(options: VerifyOptions, work_dir: Path, postgres: PostgresServer | None) -> str:
+    """The database workload's database: given, the run's PostgreSQL, or an SQLite file."""
+    if options.workload != DATABASE:
+        return ""
+    if postgres is not None:
+        return postgres.new_database("verify")
+    return options.sink_url or f"sqlite:///{work_dir.resolve() / DATABASE_FILE}"
 
 
 def usable_faults(options: VerifyOptions) -> tuple[list[str], dict[str, str]]:

@@ -51,6 +51,21 @@ def operations_table(run: VerifyRun) -> Table:
             ("  aborted", s["cleaned_aborted"]),
             ("  tombstones", s["cleaned_tombstones"]),
         ]
+    if "database_rows" in s:  # the database workload
+        rows += [
+            ("database stores (transactions)", s["database_stores"]),
+            ("  committed (acknowledged)", s["database_stores_committed"]),
+            ("  rolled back (or killed before commit)", s["database_stores_rolled_back"]),
+            ("  outcome unknown", s["database_stores_unknown"]),
+            ("rows in the table (final read)", s["database_rows"]),
+            ("committed input not stored", s["database_unstored"]),
+            ("loaders killed (crash-client)", s["database_loader_kills"]),
+            ("  of which interrupted a store", s["database_stores_killed"]),
+        ]
+    if "loaders_drained" in run.details:
+        rows.append(
+            ("input all stored at the end", "yes" if run.details["loaders_drained"] else "no")
+        )
     if "cleaner_rounds" in run.details:
         rows.append(("cleaner rounds (broker log)", run.details["cleaner_rounds"]))
     if "copiers_drained" in run.details:

@@ -14,7 +14,14 @@ import threading
 from types import FrameType
 
 from onceflow.verify.history import INFO, WORKER
-from onceflow.verify.workload import RUNNERS, ClientError, OpStream, WorkerSpec, WorkloadSpec
+from onceflow.verify.workload import (
+    LOADER,
+    RUNNERS,
+    ClientError,
+    OpStream,
+    WorkerSpec,
+    WorkloadSpec,
+)
 
 EXIT_CLIENT_ERROR = 3
 
@@ -35,7 +42,12 @@ def main(argv: list[str]) -> int:
     stream = OpStream(sys.stdout.fileno())
     stream.emit(INFO, WORKER, {"event": "started", "role": spec.role})
     try:
-        RUNNERS[spec.role](spec, workload, stream, stop)
+        if spec.role == LOADER:  # imported only here: SQLAlchemy would slow every start
+            from onceflow.verify.database_workload import run_loader
+
+            run_loader(spec, workload, stream, stop)
+        else:
+            RUNNERS[spec.role](spec, workload, stream, stop)
     except ClientError as e:
         stream.emit(INFO, WORKER, {"event": "gave-up", "error": str(e)})
         return EXIT_CLIENT_ERROR

@@ -56,6 +56,7 @@ from onceflow.verify.history import (
 )
 
 PRODUCER, COPIER, READER, OFFSETS_READER = "producer", "copier", "reader", "offsets"
+LOADER = "loader"  # the database workload's copier (database_workload.py)
 ROLES = (PRODUCER, COPIER, READER, OFFSETS_READER)
 COPY_MARK = ">"  # an output value is `<input value>><copier transaction>`
 
@@ -88,6 +89,9 @@ class WorkloadSpec(ClientCounts):
     max_values_per_partition: int = 3
     keys_per_partition: int = 0  # > 0: keyed writes (the compacted workload)
     tombstone_ratio: float = 0.0  # of keyed writes
+    # The database workload: the loaders' database URL and table (database_workload.py).
+    sink_url: str = ""
+    sink_table: str = ""
 
     @property
     def copy_input(self) -> str:
