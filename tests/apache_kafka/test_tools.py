@@ -48,6 +48,13 @@ class Target:
     sasl_bootstrap: str = ""
     # What the side has that the other lacks, replaced by a placeholder before comparing.
     addresses: tuple[str, ...] = ()
+    # A cluster's nodes learn of a new topic after CreateTopics answers (Kafka's tools do
+    # not wait either): the scenario waits before it asks another node about it.
+    cluster: KafkaCluster | None = None
+
+    def created(self, topic: str, partitions: int) -> None:
+        if self.cluster is not None:
+            self.cluster.wait_for_known_everywhere(topic, partitions, TIMEOUT_S)
 
     def run(self, *args: str, input: str | None = None) -> Outcome:
         return invoke(*args, "-b", self.bootstrap, input=input)
@@ -78,10 +85,11 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture
 def sides(kafka_cluster3: KafkaCluster, session_broker: EmbeddedBroker) -> list[Target]:
-    nodes = tuple(n.address for n in kafka_cluster3.nodes.values())
+    cluster = kafka_cluster3
+    nodes = tuple(n.address for n in cluster.nodes.values())
     return [
         Target("onceflow", session_broker.bootstrap),
-        Target("Apache Kafka", kafka_cluster3.bootstrap_servers, addresses=nodes),
+        Target("Apache Kafka", cluster.bootstrap_servers, addresses=nodes, cluster=cluster),
     ]
 
 
@@ -115,6 +123,7 @@ def topics_scenario(side: Target, topic: str) -> dict[str, object]:
         "topics", "create", topic, "--partitions", "3",
         "--config", "retention.ms=86400000", "--config", "cleanup.policy=compact",
     ).stdout  # fmt: skip
+    side.created(topic, 3)
     seen["listed"] = topic in side.ok("topics", "list").lines
     seen["described"] = describe(side, topic)
     seen["alter"] = side.ok(
@@ -196,6 +205,7 @@ def live_consumer(side: Target, group: str, topic: str) -> Consumer:
 def groups_scenario(side: Target, topic: str, group: str) -> dict[str, object]:
     seen: dict[str, object] = {}
     side.ok("topics", "create", topic, "--partitions", "1")
+    side.created(topic, 1)
     side.ok("produce", topic, input="a\nb\nc\nd\ne\n")
     seen["consumed"] = side.ok(
         "consume", topic, "--group", group, "--from-beginning", "--max-messages", "3"
@@ -285,6 +295,7 @@ def producers(side: Target, topic: str, partition: int) -> list[list[str]]:
 def transactions_scenario(side: Target, topic: str, txn: str) -> dict[str, object]:
     seen: dict[str, object] = {}
     side.ok("topics", "create", topic, "--partitions", "2")
+    side.created(topic, 2)
     side.ok("produce", topic, "--property", "parse.key=true", input="k1\tbefore-1\nk2\tbefore-2\n")
     kill(start_zombie(side.bootstrap, txn, topic))
     side.ok("produce", topic, "--property", "parse.key=true", input="k1\tafter-1\nk2\tafter-2\n")
@@ -367,6 +378,7 @@ def java_transactions_scenario(
 ) -> dict[str, object]:
     seen: dict[str, object] = {}
     side.ok("topics", "create", topic, "--partitions", "1")
+    side.created(topic, 1)
     log = tmp / f"{side.name.replace(' ', '-')}.log"
     with log.open("w") as out:
         producer = subprocess.Popen(

@@ -554,6 +554,27 @@ class KafkaCluster:
 
         return self.wait_for(f"the ISR of {topic}-{partition}", in_sync, timeout_s)
 
+    def wait_for_known_everywhere(
+        self, topic: str, partitions: int, timeout_s: float | None = None
+    ) -> None:
+        """Wait until every running node's metadata has the topic with `partitions` partitions,
+        each with a leader: CreateTopics answers once the controller has it, and each broker
+        learns of it a moment later (a tool's next request may reach any of them)."""
+        up = [n for n in self.nodes.values() if n.running and not n.paused]
+
+        def known() -> bool | None:
+            for node in up:
+                with KafkaClient(
+                    [(HOST, node.broker_port)], connect_timeout_s=2, request_timeout_s=5
+                ) as client:
+                    found = [t for t in client.metadata([topic]).topics if t.name == topic]
+                    led = [p for t in found for p in t.partitions if int(p.leader_id) >= 0]
+                    if len(led) != partitions:
+                        return None
+            return True
+
+        self.wait_for(f"{topic} on every node", known, timeout_s)
+
     def create_topic(
         self,
         name: str,
