@@ -243,6 +243,12 @@ class SqlStreamWriter(DataSourceStreamArrowWriter):
         self.tables = sink_tables(options, schema)
         if options.checkpoint is None:
             log.warning("onceflow-sql: no checkpointLocation option: positions not recorded")
+        elif _local_path(options.checkpoint) is None:
+            # The offset log is read from the checkpoint directly (not yet through HDFS/S3)
+            log.warning(
+                "onceflow-sql: checkpoint %s is not a local path: positions not recorded",
+                options.checkpoint,
+            )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedTask:
         ctx = TaskContext.get()
