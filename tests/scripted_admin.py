@@ -12,6 +12,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 UNSET = -1001  # librdkafka's RD_KAFKA_OFFSET_INVALID: no offset, and no error
 NO_LEADER = -2  # (scripted) the answer of a broker that is down: _NOENT "No leaders found"
+# (scripted) a leader just elected: "Leader high watermark is not caught up"
+NOT_CAUGHT_UP = -3
 
 
 @dataclass
@@ -26,6 +28,8 @@ class _Future:
     def result(self) -> _Listed:
         if self.offset == NO_LEADER:
             raise KafkaException(KafkaError(KafkaError._NOENT, "No leaders found"))
+        if self.offset == NOT_CAUGHT_UP:
+            raise KafkaException(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE))
         return _Listed(self.offset)
 
 

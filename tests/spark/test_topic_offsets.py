@@ -12,7 +12,7 @@ import pytest
 from onceflow.spark.options import SourceOptions
 from onceflow.spark.source import OnceflowStreamReader
 from onceflow.spark.topic_offsets import OffsetLookupError, TopicOffsets
-from tests.scripted_admin import NO_LEADER, UNSET, ScriptedAdmin
+from tests.scripted_admin import NO_LEADER, NOT_CAUGHT_UP, UNSET, ScriptedAdmin
 
 OPTIONS = {
     "kafka.bootstrap.servers": "127.0.0.1:1",
@@ -64,6 +64,13 @@ def test_latest_offset_of_the_stream_never_comes_from_an_unset_answer() -> None:
 
 def test_a_broker_down_is_waited_for_within_one_attempt() -> None:
     offsets = lookup([{0: NO_LEADER}] * 5 + [{0: 2998}], retries=0)
+    assert offsets.latest([("t", 0)]) == {("t", 0): 2998}
+
+
+def test_a_new_leader_not_caught_up_is_waited_for_within_one_attempt() -> None:
+    """OFFSET_NOT_AVAILABLE: a leader just elected, its high watermark behind (Kafka 4.4
+    answered so right after a leader's SIGKILL, and the attempt failed at once)."""
+    offsets = lookup([{0: NOT_CAUGHT_UP}] * 3 + [{0: 2998}], retries=0)
     assert offsets.latest([("t", 0)]) == {("t", 0): 2998}
 
 

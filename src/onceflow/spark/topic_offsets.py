@@ -47,6 +47,8 @@ _TRANSIENT_CODES = frozenset(
         KafkaError.UNKNOWN_TOPIC_OR_PART,
         KafkaError.FENCED_LEADER_EPOCH,
         KafkaError.UNKNOWN_LEADER_EPOCH,
+        # a leader just elected, its high watermark not caught up yet (retriable in Kafka)
+        KafkaError.OFFSET_NOT_AVAILABLE,
     }
 )
 _TRANSIENT_BACKOFF_S = 0.1
