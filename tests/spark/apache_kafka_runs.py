@@ -160,6 +160,9 @@ class PipelineRun:
                 self.cluster.kill(victim)
                 write_input(5)  # the pipeline reads and writes while the node is down
                 self.cluster.restart(victim)
+                # One failure at a time, as a rolling restart does: the next node dies only
+                # once the restarted one is back in every ISR.
+                self.cluster.wait_fully_replicated()
                 write_input(5)
                 assert driver.poll() is None, (
                     f"the driver died after {fault.what} (node {victim}) was killed:\n"

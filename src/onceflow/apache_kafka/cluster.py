@@ -90,10 +90,16 @@ def exactly_once_settings(nodes: int) -> dict[str, str]:
 
 
 # Not safety settings: fewer internal partitions (Kafka: 50 each) make a node's start and
-# recovery after a kill seconds shorter; no wait before the first rebalance of a group.
+# recovery after a kill seconds shorter; no wait before the first rebalance of a group. The
+# controller quorum's timeouts are 3x Kafka's: on the 2-core machine, with Spark beside it, a
+# JVM stalled past the 2 s fetch timeout, and with one of three voters killed the other two
+# went from election to election for two minutes, committing no metadata (no new leader for
+# the dead node's partitions; CI, Kafka 4.4).
 TEST_SETTINGS = {
     "offsets.topic.num.partitions": "6",
     "transaction.state.log.num.partitions": "6",
+    "controller.quorum.fetch.timeout.ms": "6000",
+    "controller.quorum.election.timeout.ms": "3000",
     "group.initial.rebalance.delay.ms": "0",
 }
 
@@ -574,6 +580,19 @@ class KafkaCluster:
             return True
 
         self.wait_for(f"{topic} on every node", known, timeout_s)
+
+    def wait_fully_replicated(self, timeout_s: float | None = None) -> None:
+        """Wait until every partition of every topic has all its replicas in sync again (what
+        an operator waits for between two restarts of a rolling restart)."""
+
+        def in_sync() -> bool | None:
+            for topic in self.client().metadata(None).topics:
+                for p in topic.partitions:
+                    if len(p.isr_nodes) < len(p.replica_nodes) or int(p.leader_id) < 0:
+                        return None
+            return True
+
+        self.wait_for("every partition fully replicated", in_sync, timeout_s)
 
     def create_topic(
         self,
