@@ -18,13 +18,15 @@ from tests.waiting import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _loader(bootstrap: str, topic: str, url: str, log: Path) -> subprocess.Popen:
+def _loader(
+    bootstrap: str, topic: str, url: str, log: Path, pause_s: float = 0.0
+) -> subprocess.Popen:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.sql.loader", bootstrap, topic, url],
+        [sys.executable, "-m", "tests.sql.loader", bootstrap, topic, url, str(pause_s)],
         cwd=ROOT,
         env=env,
         stdout=log.open("ab"),
@@ -57,7 +59,9 @@ def test_loader_killed_mid_run_stores_each_record_once(
     url = f"sqlite:///{tmp_path / 'loader.db'}"
     log = tmp_path / "loader.log"
 
-    first = _loader(bootstrap, topic_name, url, log)
+    # 0.3 s a batch of 50: the 1,000 records take 6 s or more, so the kill after the first 200
+    # lands mid-run (without it, a quiet CI machine stored them all before the kill)
+    first = _loader(bootstrap, topic_name, url, log, pause_s=0.3)
     try:
         wait_for(lambda: len(_rows(url)) >= 200, 120, lambda: log.read_text()[-2000:])
     finally:
