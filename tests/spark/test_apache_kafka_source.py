@@ -15,15 +15,21 @@ from onceflow.spark.topic_offsets import TopicOffsets
 from tests.confluent import QUIET, produce
 
 
-def test_latest_offsets_are_found_after_the_leader_moves(kafka_cluster3: KafkaCluster) -> None:
-    cluster = kafka_cluster3
-    topic = f"moving-leader-{uuid.uuid4().hex[:8]}"
+def ten_records(cluster: KafkaCluster, prefix: str) -> tuple[str, SourceOptions]:
+    """A new one-partition topic holding 10 records, and a stream source's options on it."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 1)
     produce(cluster.bootstrap_servers, topic, [b"v%d" % i for i in range(10)], **QUIET)
     options = SourceOptions.parse(
         {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": topic},
         streaming=True,
     )
+    return topic, options
+
+
+def test_latest_offsets_are_found_after_the_leader_moves(kafka_cluster3: KafkaCluster) -> None:
+    cluster = kafka_cluster3
+    topic, options = ten_records(cluster, "moving-leader")
     offsets = TopicOffsets(options)
     tp = (topic, 0)
     try:
@@ -55,13 +61,7 @@ def test_latest_offsets_asked_while_the_leader_is_dead_come_within_one_attempt(
     whole request timeout on the dead leader used that attempt up: the Spark-on-Kafka copy
     failed so, every attempt spent on a dead node (CI, Kafka 4.4)."""
     cluster = kafka_cluster3
-    topic = f"dead-leader-{uuid.uuid4().hex[:8]}"
-    cluster.create_topic(topic, 1)
-    produce(cluster.bootstrap_servers, topic, [b"v%d" % i for i in range(10)], **QUIET)
-    parsed = SourceOptions.parse(
-        {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": topic},
-        streaming=True,
-    )
+    topic, parsed = ten_records(cluster, "dead-leader")
     # One attempt: its 60 s (Kafka's default.api.timeout.ms) far longer than a KRaft election
     # (broker.session.timeout.ms 9 s), so that only the way the window is used can fail this.
     offsets = TopicOffsets(replace(parsed, fetch_offset_retries=0, api_timeout_s=60.0))
