@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import select
 import socket
 import ssl
 import struct
@@ -105,6 +106,10 @@ class WireClient:
             return True  # closed with unread input left (a reset), or a TLS session ended
         except TimeoutError:
             return False
+
+    def readable(self) -> bool:
+        """Whether an answer (or the connection's end) has arrived, unread."""
+        return bool(select.select([self.sock], [], [], 0)[0])
 
     def _read_frame(self) -> bytes:
         return self._read(struct.unpack(">i", self._read(4))[0])

@@ -56,6 +56,7 @@ DELAY_POINTS = frozenset(
         "txn.before-markers",  # decided (Prepare* durable), no marker yet
         "commit.before-round",  # a log's group-commit flush has its writers, not yet prepared
         "produce.before-response",  # appended and durable, the producer not yet answered
+        "produce.after-add",  # a version 2 Produce's partitions added, its records not appended
         "cleaner.before-swap",  # a cleaned segment's files written, not yet swapped in
     }
 )

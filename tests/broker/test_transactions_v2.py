@@ -94,11 +94,13 @@ class Tv2Producer:
         )
 
     def describe(self) -> Any:
-        answer = self.wire.request(
-            ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=(self.transactional_id,)
-        )
-        [state] = answer.transaction_states
-        return state
+        return _describe(self.wire, self.transactional_id)
+
+
+def _describe(wire: WireClient, transactional_id: str) -> Any:
+    answer = wire.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=(transactional_id,))
+    [state] = answer.transaction_states
+    return state
 
 
 def _topic_data(version: int, topic: str, partition: int, records: bytes) -> Any:
@@ -269,3 +271,54 @@ def test_pipelined_first_writes_to_two_partitions_both_join(tv2_broker: Embedded
     errors = [a.responses[0].partition_responses[0].error_code for a in answers]
     assert errors == [ErrorCode.none, ErrorCode.none]
     assert sorted(p for t in producer.describe().topics for p in t.partitions) == [0, 1]
+
+
+def test_a_produce_behind_one_waiting_for_its_add_appends_after_it(make_broker: Any) -> None:
+    """The producer's first Produce of a partition waits for its add (held 3 s after the add
+    by a delay point); its next Produce arrives once the partition has joined, pipelined on the
+    same connection: it appends after the first, not before (which was refused
+    OUT_OF_ORDER_SEQUENCE_NUMBER: Kafka's ProducerPerformance failed so, transactional)."""
+    broker = make_broker(env={"ONCEFLOW_DELAY_AT": "produce.after-add:3000:1"})
+    topic = f"tv2-order-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic)
+    producer = Tv2Producer(broker.bootstrap, f"tv2-{topic}")
+    requests = [
+        request_entity(
+            ApiKey.PRODUCE,
+            PRODUCE_V2,
+            transactional_id=producer.transactional_id,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=WAIT),
+            topic_data=(
+                _topic_data(
+                    PRODUCE_V2,
+                    topic,
+                    0,
+                    _batch(producer.producer_id, producer.epoch, sequence, b"%d" % sequence),
+                ),
+            ),
+        )
+        for sequence in (0, 1)
+    ]
+    first = producer.wire.send(requests[0])
+    with WireClient(broker.bootstrap) as admin:
+        wait_for(lambda: _ongoing(admin) == [producer.transactional_id], 30, "the first's add")
+    assert not producer.wire.readable(), "the first Produce was answered before the second went"
+    second = producer.wire.send(requests[1])
+    answers = [
+        producer.wire.receive(requests[0], first),
+        producer.wire.receive(requests[1], second),
+    ]
+    parts = [a.responses[0].partition_responses[0] for a in answers]
+    assert [(p.error_code, p.base_offset) for p in parts] == [
+        (ErrorCode.none, 0),
+        (ErrorCode.none, 1),
+    ]
+
+
+def _ongoing(wire: WireClient) -> list[str]:
+    """The transactional ids whose transaction is ongoing (ListTransactions)."""
+    answer = wire.request(
+        ApiKey.LIST_TRANSACTIONS, 0, state_filters=("Ongoing",), producer_id_filters=()
+    )
+    return [t.transactional_id for t in answer.transaction_states]

@@ -185,7 +185,7 @@ class Broker:
                 add_to_transaction=adder,
             ),
             groups=groups,
-            txn=TxnContext(self.coordinators.transaction_coordinator, self.coordinators, groups),
+            txn=txn,
             security=SecurityContext(self.security),
         )
 

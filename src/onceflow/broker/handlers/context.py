@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.partition import Partition
+from onceflow.broker.producer_queue import ProducerQueue
 from onceflow.broker.security import BrokerSecurity
 from onceflow.broker.topics import TopicRegistry
 from onceflow.clock import Clock
@@ -93,6 +94,8 @@ class DataContext:
     # transaction.version 2: add a version 2 producer's partitions to its transaction before
     # its Produce v12 appends (transactions.add_for_leader); None below version 2.
     add_to_transaction: TransactionAdder | None = None
+    # a producer's Produce requests that wait for that add, and those behind them
+    producers: ProducerQueue = field(default_factory=ProducerQueue)
 
 
 @dataclass(frozen=True)

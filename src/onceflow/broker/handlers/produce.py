@@ -76,27 +76,37 @@ PRODUCE_ADDS_PARTITIONS_SINCE = 12
 def handle_produce(ctx: DataContext, request: Request) -> Any:
     if (
         ctx.add_to_transaction is not None
-        and request.api_version >= PRODUCE_ADDS_PARTITIONS_SINCE
         # acks=0 is never transactional (producers refuse it); nothing to answer, nothing added
         and request.body.acks in (1, -1)
         and _transactional_error(request) is None
     ):
-        wanted = _partitions_to_add(ctx, request)
-        if wanted is not None:
-            return _produce_after_add(ctx, request, *wanted)
+        producer = _transactional_producer(request)
+        if producer is not None:
+            before = ctx.producers.waiting(producer[0])
+            if before is not None or _partitions_to_add(ctx, request):
+                appended = ctx.producers.join(producer[0])
+                return _produce_in_order(ctx, request, producer, before, appended)
     return _produce(ctx, request, {})
 
 
-def _partitions_to_add(
-    ctx: DataContext, request: Request
-) -> tuple[int, int, list[tuple[str, int]]] | None:
-    """The producer and the partitions its transactional batches would open a transaction on
-    (not yet in it at the partition), which exist and it may write; None if there are none."""
+def _transactional_producer(request: Request) -> tuple[int, int] | None:
+    """The producer id and epoch of a Produce's transactional batches (one producer: checked
+    by _transactional_error before this is asked)."""
+    for topic_data in request.body.topic_data:
+        for pdata in topic_data.partition_data:
+            header = transactional_header(pdata.records or b"")
+            if header is not None and header.has_producer_id:
+                return header.producer_id, header.producer_epoch
+    return None
+
+
+def _partitions_to_add(ctx: DataContext, request: Request) -> list[tuple[str, int]]:
+    """The partitions a version 2 producer's Produce would open its transaction on (not yet in
+    it at the partition), which exist and it may write."""
     req = request.body
-    if req.transactional_id is None:
-        return None
+    if req.transactional_id is None or request.api_version < PRODUCE_ADDS_PARTITIONS_SINCE:
+        return []
     wanted: list[tuple[str, int]] = []
-    producer: tuple[int, int] | None = None
     for topic_data in req.topic_data:
         if not auth.authorize(
             request.session, auth.WRITE, auth.TOPIC, topic_data.name, log_if_denied=False
@@ -108,33 +118,39 @@ def _partitions_to_add(
                 continue
             partition = ctx.topics.partition(topic_data.name, pdata.index)
             if partition is not None and partition.needs_verification(header):
-                producer = (header.producer_id, header.producer_epoch)
                 wanted.append((topic_data.name, pdata.index))
-    if producer is None:
-        return None
-    return producer[0], producer[1], wanted
+    return wanted
 
 
-async def _produce_after_add(
+async def _produce_in_order(
     ctx: DataContext,
     request: Request,
-    producer_id: int,
-    producer_epoch: int,
-    partitions: list[tuple[str, int]],
+    producer: tuple[int, int],
+    before: asyncio.Future[None] | None,
+    appended: asyncio.Future[None],
 ) -> Any:
-    """Produce v12 of a version 2 producer: its partitions added first, then the append, whose
-    verification finds them in the transaction; a partition the coordinator refused answers
-    the coordinator's error as Produce gives it, and is not appended."""
+    """A transactional Produce appended after the same producer's earlier requests
+    (producer_queue.py). A version 2 producer's partitions are added first, then the append,
+    whose verification finds them in the transaction; a partition the coordinator refused
+    answers the coordinator's error as Produce gives it, and is not appended."""
     assert ctx.add_to_transaction is not None
-    added = await ctx.add_to_transaction(
-        request.body.transactional_id, producer_id, producer_epoch, partitions
-    )
-    refused = {
-        tp: produce_error_for_verification(error, request.api_version)
-        for tp, error in added.items()
-        if error != ErrorCode.none
-    }
-    answer = _produce(ctx, request, refused)
+    try:
+        if before is not None:
+            await asyncio.wait([before])
+        refused: dict[tuple[str, int], ErrorCode] = {}
+        wanted = _partitions_to_add(ctx, request)
+        if wanted:
+            added = await ctx.add_to_transaction(request.body.transactional_id, *producer, wanted)
+            refused = {
+                tp: produce_error_for_verification(error, request.api_version)
+                for tp, error in added.items()
+                if error != ErrorCode.none
+            }
+            await delay_point("produce.after-add")
+        answer = _produce(ctx, request, refused)
+    finally:
+        if not appended.done():
+            appended.set_result(None)
     return await answer if inspect.isawaitable(answer) else answer
 
 
