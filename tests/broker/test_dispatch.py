@@ -37,7 +37,7 @@ ADVERTISED_BEFORE = {
     24: (0, 3),
     25: (0, 4),
     26: (0, 5),  # v5: transactions version 2 (advertised with transaction.version 2)
-    27: (1, 1),
+    27: (1, 2),  # v2: the markers' TransactionVersion
     28: (0, 5),  # v5: transactions version 2 (advertised with transaction.version 2)
     29: (1, 3),
     30: (1, 3),

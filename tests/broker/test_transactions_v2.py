@@ -322,3 +322,77 @@ def _ongoing(wire: WireClient) -> list[str]:
         ApiKey.LIST_TRANSACTIONS, 0, state_filters=("Ongoing",), producer_id_filters=()
     )
     return [t.transactional_id for t in answer.transaction_states]
+
+
+def _write_marker(
+    wire: WireClient,
+    version: int,
+    topic: str,
+    producer: Tv2Producer,
+    epoch: int,
+    coordinator_epoch: int,
+    transaction_version: int,
+) -> ErrorCode:
+    from kio.index import load_request_schema
+
+    from onceflow.protocol.entities import build, sibling
+
+    cls = load_request_schema(ApiKey.WRITE_TXN_MARKERS, version)
+    fields: dict[str, Any] = {"transaction_version": transaction_version} if version >= 2 else {}
+    marker = build(
+        sibling(cls, "WritableTxnMarker"),
+        producer_id=producer.producer_id,
+        producer_epoch=epoch,
+        transaction_result=True,
+        topics=(build(sibling(cls, "WritableTxnMarkerTopic"), name=topic, partition_indexes=(0,)),),
+        coordinator_epoch=coordinator_epoch,
+        **fields,
+    )
+    answer = wire.request(ApiKey.WRITE_TXN_MARKERS, version, markers=(marker,))
+    [result] = answer.markers
+    [topic_result] = result.topics
+    [part] = topic_result.partitions
+    return part.error_code
+
+
+def _producer_state(wire: WireClient, topic: str, producer_id: int) -> Any:
+    from kio.index import load_request_schema
+
+    from onceflow.protocol.entities import build, sibling
+
+    cls = load_request_schema(ApiKey.DESCRIBE_PRODUCERS, 0)
+    request = build(sibling(cls, "TopicRequest"), name=topic, partition_indexes=(0,))
+    answer = wire.request(ApiKey.DESCRIBE_PRODUCERS, 0, topics=(request,))
+    [part] = answer.topics[0].partitions
+    [state] = [s for s in part.active_producers if s.producer_id == producer_id]
+    return state
+
+
+def test_a_late_version_2_marker_cannot_close_the_next_transaction(
+    tv2_broker: EmbeddedBroker,
+) -> None:
+    """WriteTxnMarkers v2 carries the transaction version. The commit's marker (written by the
+    coordinator) bumped the epoch, and the next transaction writes at that epoch: a late
+    marker of the commit, at that same epoch, is refused INVALID_PRODUCER_EPOCH for a version
+    2 transaction and the next one stays open; versions 0/1 (v1 requests) accept it, as Kafka."""
+    topic = f"tv2-late-{uuid.uuid4().hex[:8]}"
+    create_topic(tv2_broker.bootstrap, topic)
+    producer = Tv2Producer(tv2_broker.bootstrap, f"tv2-{topic}")
+    assert producer.produce(topic, 0) == ErrorCode.none
+    answer = producer.end(commit=True)
+    assert answer.error_code == ErrorCode.none
+    wait_for(lambda: producer.describe().transaction_state == "CompleteCommit", 30, "markers")
+    producer.epoch = answer.producer_epoch
+    assert producer.produce(topic, 0) == ErrorCode.none  # the next transaction, open at 2
+    with WireClient(tv2_broker.bootstrap) as admin:
+        state = _producer_state(admin, topic, producer.producer_id)
+        assert (state.producer_epoch, state.current_txn_start_offset) == (producer.epoch, 2)
+        late = (admin, 2, topic, producer, producer.epoch, state.coordinator_epoch)
+        assert _write_marker(*late, transaction_version=2) == ErrorCode.invalid_producer_epoch
+        assert _producer_state(admin, topic, producer.producer_id).current_txn_start_offset == 2
+        # Transactions version 0/1 markers keep the epoch: the same one is accepted.
+        legacy = (admin, 1, topic, producer, producer.epoch, state.coordinator_epoch)
+        assert _write_marker(*legacy, transaction_version=0) == ErrorCode.none
+        assert _producer_state(admin, topic, producer.producer_id).current_txn_start_offset == -1
+    assert producer.end(commit=False).error_code == ErrorCode.none
+    wait_for(lambda: producer.describe().transaction_state == "CompleteAbort", 30, "the abort")

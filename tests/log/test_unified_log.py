@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.clock import ManualClock
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import OffsetOutOfRangeError
+from onceflow.log.producer_errors import InvalidProducerEpochError
 from onceflow.log.unified_log import FetchIsolation, UnifiedLog
 from onceflow.log.verification_guard import VerificationGuard
 from onceflow.records.batch import iter_batches
@@ -69,6 +70,32 @@ def test_read_committed_stops_at_the_last_stable_offset_with_the_aborted_transac
     uncommitted = log.read(0, 1 << 20, UNCOMMITTED, min_one=True)
     assert _offsets(uncommitted.records) == [0, 1, 2, 3]
     assert uncommitted.aborted_transactions is None
+
+
+def test_a_version_2_marker_must_bump_the_epoch_of_the_partitions_batches(
+    log: UnifiedLog,
+) -> None:
+    """As Kafka's leader (ProducerAppendInfo.checkProducerEpoch): a marker of a transactions
+    version 2 transaction carries the epoch its EndTxn bumped, so one at the batches' epoch is
+    a late marker of an earlier transaction and is refused, writing nothing; versions 0/1
+    accept it. A retry of a version 2 marker already written is accepted."""
+    _produce(log, VerificationGuard(transactional_id="tx"))  # open at epoch 0
+    end = log.log_end_offset
+    with pytest.raises(InvalidProducerEpochError) as refused:
+        log.append_marker(PID, 0, True, 0, 1000, transaction_version=2)
+    assert refused.value.error_code == ErrorCode.invalid_producer_epoch
+    assert log.log_end_offset == end
+    assert log.producers.has_ongoing_transaction(PID, 0)
+    log.append_marker(PID, 0, True, 0, 1000, transaction_version=1)
+    assert not log.producers.has_ongoing_transaction(PID, 0)
+    # The next transaction, at epoch 0 again (a version 0/1 client keeps its epoch), ends with
+    # a version 2 marker that bumps it; its retry at that epoch writes a second marker.
+    _produce(log, VerificationGuard(transactional_id="tx"), seq=1)
+    log.append_marker(PID, 1, False, 0, 1000, transaction_version=2)
+    log.append_marker(PID, 1, False, 0, 1000, transaction_version=2)
+    assert log.log_end_offset == end + 4
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_marker(PID, 0, False, 0, 1000, transaction_version=2)
 
 
 def test_only_the_first_batch_of_a_response_may_exceed_max_bytes(log: UnifiedLog) -> None:

@@ -73,7 +73,7 @@ def test_negotiates_the_highest_version_both_sides_support(client: KafkaClient) 
     ):
         broker_max = advertised[api_key][1]
         assert connection.version_for(api_key) == min(broker_max, kio_versions(api_key)[1])
-    assert connection.version_for(ApiKey.WRITE_TXN_MARKERS) == 1
+    assert connection.version_for(ApiKey.WRITE_TXN_MARKERS) == 2
     # The caller may cap the version; the request class follows the negotiated one.
     assert connection.version_for(ApiKey.METADATA, max_version=5) == 5
     assert connection.request_class(ApiKey.METADATA, max_version=5).__version__ == 5

@@ -275,3 +275,32 @@ def test_an_old_producer_id_is_no_retry_of_a_classic_transaction() -> None:
     broker.coordinator.replay(*transaction_record("classic", value))
     old = Producer("classic", 7000, MAX_PRODUCER_EPOCH - 1)
     assert end_v2(broker, old, commit=True).error == ErrorCode.invalid_producer_id_mapping
+
+
+def test_markers_carry_the_transaction_version() -> None:
+    """The markers carry the transaction's version (Kafka's WriteTxnMarkers TransactionVersion),
+    also when a load after kill -9 between EndTxn and the markers writes them: a partition then
+    requires a version 2 marker's epoch above its batches'. A classic transaction's is 0."""
+    broker = SimulatedBroker()
+    producer = started(broker)
+    end_v2(broker, producer, commit=True)
+    [job] = broker.marker_queue
+    assert job.transaction_version == V2
+    broker.restart()
+    [job] = broker.marker_queue
+    assert (job.producer_epoch, job.transaction_version) == (producer.producer_epoch, V2)
+    broker.write_markers()
+    assert {j.transaction_version for _, _, j in broker.markers} == {V2}
+    # The coordinator's own abort of a version 2 transaction (its timeout) too.
+    assert add_v2(broker, producer, T0) == ErrorCode.none
+    broker.clock.advance(10 * 60_000)
+    for result in broker.coordinator.expire_timed_out():
+        broker.write(result)
+    [job] = broker.marker_queue
+    assert (job.commit, job.transaction_version) == (False, V2)
+    classic = broker.new_producer("classic")
+    broker.add(classic, T0)
+    assert broker.end(classic, commit=True) == ErrorCode.none
+    assert [
+        j.transaction_version for j in broker.marker_queue if j.transactional_id == "classic"
+    ] == [0]

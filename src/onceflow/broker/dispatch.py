@@ -92,7 +92,7 @@ API_HANDLERS: tuple[ApiHandler[Any], ...] = (
     ApiHandler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, transactions.handle_add_offsets_to_txn, "txn"),
     ApiHandler(ApiKey.END_TXN, 0, 5, transactions.handle_end_txn, "txn"),
     ApiHandler(ApiKey.DELETE_RECORDS, 0, 2, delete_records.handle_delete_records, "data"),
-    ApiHandler(ApiKey.WRITE_TXN_MARKERS, 1, 1, txn_markers.handle_write_txn_markers, "data"),
+    ApiHandler(ApiKey.WRITE_TXN_MARKERS, 1, 2, txn_markers.handle_write_txn_markers, "data"),
     ApiHandler(ApiKey.TXN_OFFSET_COMMIT, 0, 5, transactions.handle_txn_offset_commit, "txn"),
     ApiHandler(ApiKey.DESCRIBE_CONFIGS, 1, 4, configs.handle_describe_configs, "admin"),
     ApiHandler(ApiKey.ALTER_CONFIGS, 0, 2, alter_configs.handle_alter_configs, "admin"),

@@ -80,6 +80,8 @@ class MarkedPartition(Protocol):
         commit: bool,
         coordinator_epoch: int,
         timestamp: int,
+        *,
+        transaction_version: int = 0,
     ) -> None:
         """Append a COMMIT/ABORT marker; raises TxnError (nothing written) if refused."""
         ...
@@ -113,6 +115,7 @@ class _Partitions:
             job.commit,
             job.coordinator_epoch,
             self._clock(),
+            transaction_version=job.transaction_version,
         )
         return partition.log
 

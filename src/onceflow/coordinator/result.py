@@ -30,6 +30,9 @@ class MarkerJob:
     commit: bool
     coordinator_epoch: int
     partitions: tuple[TopicPartition, ...]
+    # The client's transaction version (Kafka's WriteTxnMarkers TransactionVersion): from 2 on
+    # the marker's epoch is the bumped one, which the partition requires above its own.
+    transaction_version: int = 0
 
 
 @dataclass(frozen=True)

@@ -324,15 +324,23 @@ class UnifiedLog:
         commit: bool,
         coordinator_epoch: int,
         timestamp: int,
+        *,
+        transaction_version: int = 0,
     ) -> None:
         """Append a COMMIT/ABORT control batch and close the producer's transaction here.
         Raises TxnError (nothing written) for a marker of an older producer or coordinator
-        epoch."""
-        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        epoch; with `transaction_version` 2 (the coordinator bumped the epoch for the marker)
+        also for one of the producer's current epoch, unless it retries a written marker."""
+        self.producers.check_marker(
+            producer_id, producer_epoch, coordinator_epoch, transaction_version=transaction_version
+        )
         data = build_marker(producer_id, producer_epoch, commit, coordinator_epoch, timestamp)
         info = self.log.append(data, list(iter_batches(data, verify_crc=False)))
         [(_, marker)] = info.headers
-        self._record_completion(self.producers.on_marker(marker, commit, coordinator_epoch))
+        completed = self.producers.on_marker(
+            marker, commit, coordinator_epoch, transaction_version=transaction_version
+        )
+        self._record_completion(completed)
         self._snapshot_on_roll()
 
     def append_coordinator_marker(self, data: bytes, commit: bool, coordinator_epoch: int) -> None:

@@ -288,7 +288,12 @@ class SimBroker:
         assert isinstance(log, SimulatedLog)
         before = log.log_end_offset
         partition.append_marker(
-            job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, self.clock()
+            job.producer_id,
+            job.producer_epoch,
+            job.commit,
+            job.coordinator_epoch,
+            self.clock(),
+            transaction_version=job.transaction_version,
         )
         self.observer.appended((topic, index), list(log.iter_stored(before)))
         return Position(log, log.log_end_offset)

@@ -680,6 +680,7 @@ class TransactionCoordinator:
             commit=meta.state is TransactionState.PREPARE_COMMIT,
             coordinator_epoch=self._coordinator_epoch,
             partitions=tuple(sorted(meta.partitions)),
+            transaction_version=meta.client_transaction_version,
         )
 
     @staticmethod

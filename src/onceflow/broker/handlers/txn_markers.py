@@ -68,6 +68,9 @@ def _append(
             commit,
             marker.coordinator_epoch,
             ctx.clock(),
+            # v2 carries the transaction's version (v1: 0, Kafka's default): from 2 on the
+            # marker must bump the producer's epoch in the partition
+            transaction_version=getattr(marker, "transaction_version", 0),
         )
     except TxnError as e:
         halt_on_storage_error(e)  # the marker is in the log, its aborted-index entry is not
