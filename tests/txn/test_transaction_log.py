@@ -146,6 +146,18 @@ def test_kafkas_version_2_tags_are_read_and_written() -> None:
     assert encode_value(decoded) == raw[:-1] + tagged
 
 
+def test_kafkas_next_producer_epoch_tag_loads_and_is_not_written() -> None:
+    """Kafka 4.4's TransactionLogValue has NextProducerEpoch (tag 3, for KIP-939's prepared
+    transactions) but its coordinator neither writes nor reads it: a record carrying it loads
+    as without it, onceflow writes no tag 3 and its own tag is not 3."""
+    value = TransactionLogValue(1, 2, 3, S.ONGOING, frozenset({("t", 0)}), 4, 5)
+    raw = encode_value(value)
+    tagged = b"\x01" + b"\x03\x02" + struct.pack(">h", 9)
+    assert decode_value(raw[:-1] + tagged) == value
+    assert encode_value(decode_value(raw[:-1] + tagged)) == raw
+    assert LAST_PRODUCER_EPOCH_TAG > 3
+
+
 def test_last_producer_epoch_tag_is_outside_kafkas_tags() -> None:
     assert LAST_PRODUCER_EPOCH_TAG > 2
     assert PRODUCER_ID_BLOCK_KEY_VERSION > 0
