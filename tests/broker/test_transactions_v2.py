@@ -10,17 +10,26 @@ producer id, old epoch) is refused with INVALID_PRODUCER_EPOCH.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.clock import system_clock
+from onceflow.log.config import LogConfig
+from onceflow.log.unified_log import UnifiedLog
 from onceflow.protocol.api_key import ApiKey
+from onceflow.records.batch import iter_batches
 from onceflow.records.builder import build_batch
+from onceflow.records.record import iter_decoded_batches
+from onceflow.txn.transaction_log import decode_value, encode_key, encode_value
+from onceflow.txn.transaction_metadata import MAX_PRODUCER_EPOCH
 from tests.confluent import create_topic
 from tests.waiting import wait_for
 from tests.wire import WAIT, WireClient, request_entity
@@ -396,3 +405,64 @@ def test_a_late_version_2_marker_cannot_close_the_next_transaction(
         assert _producer_state(admin, topic, producer.producer_id).current_txn_start_offset == -1
     assert producer.end(commit=False).error_code == ErrorCode.none
     wait_for(lambda: producer.describe().transaction_state == "CompleteAbort", 30, "the abort")
+
+
+def _rewrite_epoch(data_dir: Path, transactional_id: str, epoch: int) -> None:
+    """Append to the stopped broker's `__transaction_state` the id's record at `epoch`, as
+    thousands of transactions would leave it (the load takes an epoch that grew)."""
+    directory = data_dir / "__transaction_state-0"
+    log = UnifiedLog.open(
+        "__transaction_state", 0, directory, LogConfig(), system_clock, 86_400_000
+    )
+    try:
+        batches = [d for data in log.log.read_batches_bytes(0) for d in iter_decoded_batches(data)]
+        [last] = [
+            decode_value(r.value)
+            for batch in batches
+            for r in batch.records
+            if r.key == encode_key(transactional_id) and r.value is not None
+        ][-1:]
+        value = dataclasses.replace(last, producer_epoch=epoch)
+        data = build_batch([(encode_key(transactional_id), encode_value(value), (), 1)])
+        info = log.log.append(data, list(iter_batches(data, verify_crc=False)))
+        log.after_append([h for _, h in info.headers])
+        log.log.complete_flush(log.log.prepare_flush())
+    finally:
+        log.close()
+
+
+def test_an_exhausted_epoch_moves_the_producer_to_a_new_id(make_broker: Any) -> None:
+    """The producer's transaction reaches epoch Short.MaxValue - 1 (set up by a record in the
+    stopped broker's log): its EndTxn v5 bumps to Short.MaxValue, writes the markers with it and
+    answers a new producer id at epoch 0, with which the producer goes on; the old id's
+    late writes are refused (only unit-tested before: tests/txn/test_transactions_v2.py)."""
+    broker = make_broker()
+    topic = f"tv2-overflow-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic)
+    producer = Tv2Producer(broker.bootstrap, f"tv2-{topic}")
+    assert producer.produce(topic, 0) == ErrorCode.none
+    producer.wire.close()
+    broker.stop()
+    _rewrite_epoch(broker.data_dir, producer.transactional_id, MAX_PRODUCER_EPOCH - 1)
+    broker.start()
+    old_id, producer.epoch = producer.producer_id, MAX_PRODUCER_EPOCH - 1
+    producer.wire = WireClient(broker.bootstrap)
+    assert producer.describe().producer_epoch == MAX_PRODUCER_EPOCH - 1
+    answer = producer.end(commit=True)
+    assert answer.error_code == ErrorCode.none
+    assert answer.producer_id != old_id and answer.producer_epoch == 0
+    wait_for(lambda: producer.describe().transaction_state == "CompleteCommit", 30, "markers")
+    with WireClient(broker.bootstrap) as admin:
+        state = _producer_state(admin, topic, old_id)
+        assert (state.producer_epoch, state.current_txn_start_offset) == (MAX_PRODUCER_EPOCH, -1)
+    # A late write of the old id: the transactional id has moved on, the add refuses it.
+    assert producer.produce(topic, 0) == ErrorCode.invalid_producer_id_mapping
+    producer.producer_id, producer.epoch = answer.producer_id, answer.producer_epoch
+    assert producer.produce(topic, 0) == ErrorCode.none
+    aborted = producer.end(commit=False)
+    assert (aborted.error_code, aborted.producer_id, aborted.producer_epoch) == (
+        ErrorCode.none,
+        answer.producer_id,
+        1,
+    )
+    producer.wire.close()
