@@ -9,10 +9,21 @@ and all of it is restored by loading the log after a crash, between any two step
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from kio.schema.errors import ErrorCode
 from tests.txn.coordinator_harness import Producer, SimulatedBroker
 
+from onceflow.clock import ManualClock
+from onceflow.coordinator.coordinators import _Partitions
+from onceflow.coordinator.result import MarkerJob
+from onceflow.log.config import LogConfig
+from onceflow.log.producer_errors import InvalidProducerEpochError
+from onceflow.log.unified_log import UnifiedLog
+from onceflow.log.verification_guard import VerificationGuard
+from onceflow.records.builder import build_batch
 from onceflow.txn.coordinator import EndTxnResponse
 from onceflow.txn.transaction_log import (
     NO_PRODUCER_ID,
@@ -304,3 +315,30 @@ def test_markers_carry_the_transaction_version() -> None:
     assert [
         j.transaction_version for j in broker.marker_queue if j.transactional_id == "classic"
     ] == [0]
+
+
+def test_the_brokers_marker_writer_passes_the_version_to_the_partition(tmp_path: Path) -> None:
+    """The asyncio broker's marker writer (coordinators._Partitions) hands the job's version to
+    the partition: a version 2 job at the epoch of the partition's open transaction is refused
+    there, nothing written; the same job at version 0 is written."""
+    partition = UnifiedLog.open("t", 0, tmp_path / "t-0", LogConfig(), ManualClock(1), 86_400_000)
+    try:
+        data = build_batch(
+            [(None, b"v", (), 1)],
+            producer_id=7,
+            producer_epoch=3,
+            base_sequence=0,
+            transactional=True,
+        )
+        partition.append_as_leader(
+            data, partition.validate(data), VerificationGuard(transactional_id="txn")
+        )
+        writer = _Partitions(SimpleNamespace(partition=lambda _t, _i: partition), ManualClock(1))
+        job = MarkerJob("txn", 7, 3, True, 0, (("t", 0),), transaction_version=V2)
+        with pytest.raises(InvalidProducerEpochError):
+            writer.append_marker("t", 0, job)
+        assert partition.log_end_offset == 1
+        assert writer.append_marker("t", 0, dataclasses.replace(job, transaction_version=0))
+        assert partition.log_end_offset == 2
+    finally:
+        partition.close()
