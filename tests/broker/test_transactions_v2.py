@@ -423,7 +423,9 @@ def _rewrite_epoch(data_dir: Path, transactional_id: str, epoch: int) -> None:
             if r.key == encode_key(transactional_id) and r.value is not None
         ][-1:]
         value = dataclasses.replace(last, producer_epoch=epoch)
-        data = build_batch([(encode_key(transactional_id), encode_value(value), (), 1)])
+        data = build_batch(
+            [(encode_key(transactional_id), encode_value(value), (), system_clock())]
+        )
         info = log.log.append(data, list(iter_batches(data, verify_crc=False)))
         log.after_append([h for _, h in info.headers])
         log.log.complete_flush(log.log.prepare_flush())
