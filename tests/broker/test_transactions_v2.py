@@ -10,6 +10,7 @@ producer id, old epoch) is refused with INVALID_PRODUCER_EPOCH.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import uuid
@@ -364,17 +365,31 @@ def _write_marker(
     return part.error_code
 
 
-def _producer_state(wire: WireClient, topic: str, producer_id: int) -> Any:
+def _producer_state(wire: WireClient, topic: str, producer_id: int, partition: int = 0) -> Any:
     from kio.index import load_request_schema
 
     from onceflow.protocol.entities import build, sibling
 
     cls = load_request_schema(ApiKey.DESCRIBE_PRODUCERS, 0)
-    request = build(sibling(cls, "TopicRequest"), name=topic, partition_indexes=(0,))
+    request = build(sibling(cls, "TopicRequest"), name=topic, partition_indexes=(partition,))
     answer = wire.request(ApiKey.DESCRIBE_PRODUCERS, 0, topics=(request,))
     [part] = answer.topics[0].partitions
     [state] = [s for s in part.active_producers if s.producer_id == producer_id]
     return state
+
+
+def _end_offset(wire: WireClient, topic: str, partition: int) -> int:
+    from kio.index import load_request_schema
+
+    from onceflow.protocol.entities import build, sibling
+
+    cls = load_request_schema(ApiKey.LIST_OFFSETS, 1)
+    latest = build(sibling(cls, "ListOffsetsPartition"), partition_index=partition, timestamp=-1)
+    request = build(sibling(cls, "ListOffsetsTopic"), name=topic, partitions=(latest,))
+    answer = wire.request(ApiKey.LIST_OFFSETS, 1, replica_id=-1, topics=(request,))
+    [part] = answer.topics[0].partitions
+    assert part.error_code == ErrorCode.none
+    return int(part.offset)
 
 
 def test_a_late_version_2_marker_cannot_close_the_next_transaction(
@@ -467,4 +482,40 @@ def test_an_exhausted_epoch_moves_the_producer_to_a_new_id(make_broker: Any) -> 
         answer.producer_id,
         1,
     )
+    producer.wire.close()
+
+
+def test_kill_9_between_the_markers_completes_with_version_2_markers(make_broker: Any) -> None:
+    """kill -9 once the first partition's marker is written; the restarted broker writes the
+    markers anew from its log. The transaction's version survives in `__transaction_state`
+    (ClientTransactionVersion), so they are version 2 markers: the first partition takes its
+    marker's retry (same epoch, no transaction open) as Kafka does, the second its first
+    marker, and the producer goes on at the bumped epoch."""
+    broker = make_broker(env={"ONCEFLOW_CRASH_AT": "txn.after-marker:1"})
+    topic = f"tv2-crash-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, partitions=2)
+    producer = Tv2Producer(broker.bootstrap, f"tv2-{topic}")
+    old_epoch = producer.epoch
+    assert producer.produce(topic, 0) == ErrorCode.none
+    assert producer.produce(topic, 1) == ErrorCode.none
+    with contextlib.suppress(ConnectionError):  # answered before the markers, or cut by the kill
+        producer.end(commit=True)
+    producer.wire.close()
+    assert broker.process is not None
+    wait_for(lambda: broker.process.poll() is not None, 30, "the kill at the crash point")
+    broker.env = {}
+    broker.start()
+    producer.wire = WireClient(broker.bootstrap)
+    wait_for(lambda: producer.describe().transaction_state == "CompleteCommit", 30, "markers")
+    retried = producer.end(commit=True, epoch=old_epoch)
+    assert (retried.error_code, retried.producer_epoch) == (ErrorCode.none, old_epoch + 1)
+    with WireClient(broker.bootstrap) as admin:
+        for partition in (0, 1):
+            state = _producer_state(admin, topic, producer.producer_id, partition)
+            assert (state.producer_epoch, state.current_txn_start_offset) == (old_epoch + 1, -1)
+        # Partition 0: the record, its marker, the marker's retry; partition 1: one marker.
+        assert [_end_offset(admin, topic, partition) for partition in (0, 1)] == [3, 2]
+    producer.epoch = retried.producer_epoch
+    assert producer.produce(topic, 0) == ErrorCode.none
+    assert producer.end(commit=True).producer_epoch == old_epoch + 2
     producer.wire.close()
