@@ -61,7 +61,9 @@ def test_verify_with_java_clients_on_version_2_finds_no_anomaly(
     assert java["ended_transactions"] == {name: ended[name] for name in java["epochs"]}, java
     assert set(java["epochs"]) == {slot_of(p) for p in writers}, java
     for name, epoch in java["epochs"].items():
-        assert ended[name] >= 5 and epoch >= ended[name], (name, java)
+        assert epoch >= ended[name], (name, java)
+    producers = [name for name in java["epochs"] if name.startswith("producer")]
+    assert producers and all(ended[name] >= 20 for name in producers), java
     assert java["version_2"], java
     # Some transactions committed, and some were left to the broker by a crashed client.
     assert sum(op.f == TXN and op.type == OK for op in ops) == operations["committed"]

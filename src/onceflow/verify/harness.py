@@ -96,7 +96,14 @@ from onceflow.verify.history import (
     Op,
 )
 from onceflow.verify.indexed_history import IndexedHistory
-from onceflow.verify.java_worker import JAVA, JAVA_ROLES, java_client, version_2_evidence
+from onceflow.verify.java_worker import (
+    JAVA,
+    JAVA_ROLES,
+    JavaWorker,
+    compile_worker,
+    java_client,
+    version_2_evidence,
+)
 from onceflow.verify.kafka_nodes import ManagedKafka, WorkloadKeys, resolve_distribution
 from onceflow.verify.mirror_check import MIRROR_READ, check_mirror, source_ops
 from onceflow.verify.mirror_run import (
@@ -325,6 +332,7 @@ def run_verify(
     broker: SupervisedBroker | None = None
     proxy: KafkaProxy | None = None
     pool: WorkerPool | None = None
+    java_worker: JavaWorker | None = None
     nemesis: Nemesis | None = None
     broker_log: _LogTail | None = None
     target: SupervisedBroker | None = None
@@ -334,6 +342,12 @@ def run_verify(
     postgres: PostgresServer | None = None
     details: dict[str, Any] = {"topic_tag": tag}
     try:
+        if java is not None:
+            report(Progress("compiling the Java worker", 0, options.duration_s))
+            try:
+                java_worker = compile_worker(java, work_dir / "java")
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+                raise VerifyError(f"cannot run the Java client: {e}") from e
         if options.embedded:
             broker_env: dict[str, str] = {}
             data_dir = work_dir / "data"
@@ -425,7 +439,7 @@ def run_verify(
             options.seed,
             work_dir / "logs",
             (lambda name: route.bootstrap_for(name, bootstrap)) if route else lambda _: bootstrap,
-            java=java,
+            java=java_worker,
         )
         for slot in range(options.producers):
             pool.add(PRODUCER, slot)

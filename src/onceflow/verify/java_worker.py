@@ -2,9 +2,11 @@
 Java client, which uses transactions version 2 (KIP-890 part 2) when the broker finalizes it;
 librdkafka has no version 2 (confluentinc/librdkafka#5423), so the Python workers never use it.
 
-TransactionalWorker.java (package data beside this module) runs in Java's source-file mode with
-the fetched Kafka jars; it takes the Python worker's JSON argument and writes the same operation
-lines, so the pool, the faults and the checker treat both alike. The readers stay Python.
+TransactionalWorker.java (package data beside this module) is compiled once a run with javac
+against the fetched Kafka jars (source-file mode compiled it at every start: 7 s of the 2-core
+machine for five workers, again at every restart after a crash); it takes the Python worker's
+JSON argument and writes the same operation lines, so the pool, the faults and the checker
+treat both alike. The readers stay Python.
 
 Version 2 shows in the coordinator: EndTxn v5 bumps a transactional id's epoch at every commit
 or abort, where version 1 bumps it only at InitProducerId. So after a run, each writer's epoch
@@ -13,15 +15,20 @@ or abort, where version 1 bumps it only at InitProducerId. So after a run, each 
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apache_kafka import Distribution, locate
+from onceflow.apache_kafka import Distribution, MissingTool, locate
+from onceflow.apache_kafka.distribution import require_java
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.client import KafkaClient, KafkaClientError
 from onceflow.protocol.entities import build
@@ -32,6 +39,8 @@ PYTHON, JAVA = "python", "java"
 CLIENTS = (PYTHON, JAVA)
 JAVA_ROLES = (PRODUCER, COPIER)  # the transactional ones; readers stay Python
 SOURCE = "TransactionalWorker.java"
+MAIN = "TransactionalWorker"
+COMPILE_TIMEOUT_S = 300.0  # javac on a loaded 2-core machine
 HEAP = "192m"
 ABORTED_ON_PURPOSE = "aborted on purpose"  # a transaction ended by abortTransaction
 
@@ -40,18 +49,54 @@ def source_path() -> Path:
     return Path(str(resources.files("onceflow.verify").joinpath(SOURCE)))
 
 
+def javac() -> str:
+    """The JDK's compiler: on PATH, or beside `java`."""
+    found = shutil.which("javac")
+    beside = Path(os.path.realpath(require_java())).parent / "javac"
+    if found is None and not beside.is_file():
+        raise MissingTool("javac is not installed (the Java client is compiled: a JDK 17 or later)")
+    return found or str(beside)
+
+
 def java_client() -> Distribution:
     """Kafka's jars for the Java worker: $ONCEFLOW_APACHE_KAFKA, the cache, or fetched now with
-    Maven. Raises RuntimeError (MissingTool: no java or mvn) or ValueError naming what is
-    missing."""
+    Maven. Raises RuntimeError (MissingTool: no java, javac or mvn) or ValueError naming what
+    is missing."""
     if not source_path().is_file():
         raise RuntimeError(f"{source_path()} is missing (onceflow installed without it)")
+    javac()
     return locate()
 
 
-def worker_command(distribution: Distribution, argument: str) -> list[str]:
-    """The Java worker's command line for one incarnation (ARGUMENT: the worker's JSON)."""
-    return distribution.command(str(source_path()), argument, heap=HEAP)
+@dataclass(frozen=True)
+class JavaWorker:
+    """The compiled worker: its classes beside Kafka's jars."""
+
+    distribution: Distribution
+    classes: Path
+
+    def command(self, argument: str) -> list[str]:
+        """The command line of one incarnation (ARGUMENT: the worker's JSON)."""
+        command = self.distribution.command(MAIN, argument, heap=HEAP)
+        at = command.index("-cp") + 1
+        command[at] = f"{self.classes}{os.pathsep}{command[at]}"
+        return command
+
+
+def compile_worker(distribution: Distribution, into: Path) -> JavaWorker:
+    """javac TransactionalWorker.java into `into` (RuntimeError with javac's output)."""
+    into.mkdir(parents=True, exist_ok=True)
+    command = [javac(), "-nowarn", "-cp", distribution.classpath, "-d", str(into)]
+    done = subprocess.run(
+        [*command, str(source_path())],
+        capture_output=True,
+        text=True,
+        timeout=COMPILE_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"javac {SOURCE} failed: {(done.stdout + done.stderr)[-2000:]}")
+    return JavaWorker(distribution, into)
 
 
 def slot_of(process: str) -> str:

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from onceflow.apache_kafka import Distribution
 from onceflow.verify.history import COMMIT, INFO, READ_COMMITTED, WORKER, History
-from onceflow.verify.java_worker import JAVA_ROLES, worker_command
+from onceflow.verify.java_worker import JAVA_ROLES, JavaWorker
 from onceflow.verify.workload import READER, WorkerSpec, WorkloadSpec
 
 ANY_MOMENT, IN_TXN, COMMITTING = "any", "in-txn", "committing"
@@ -54,9 +53,9 @@ class WorkerPool:
         log_dir: Path,
         bootstrap_for: Callable[[str], str],
         settings: dict[str, str] | None = None,
-        java: Distribution | None = None,
+        java: JavaWorker | None = None,
     ) -> None:
-        """`java`: Kafka's jars, to run the transactional roles in the Java worker."""
+        """`java`: the Java worker, to run the transactional roles in Kafka's Java client."""
         self.history, self.workload, self.seed = history, workload, seed
         self.java = java
         self.log_dir = log_dir
@@ -104,7 +103,7 @@ class WorkerPool:
             argument = json.dumps({"worker": spec.to_json(), "workload": self.workload.to_json()})
             command = [sys.executable, "-m", "onceflow.verify.worker", argument]
             if self.java is not None and slot.role in JAVA_ROLES:
-                command = worker_command(self.java, argument)
+                command = self.java.command(argument)
             with (self.log_dir / f"{name}.log").open("ab") as log:
                 process = subprocess.Popen(
                     command,
