@@ -19,7 +19,6 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
-import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -27,6 +26,7 @@ import java.util.Properties;
 import java.util.Random;
 import java.util.Set;
 import java.util.function.Supplier;
+import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -97,7 +97,7 @@ public class TransactionalWorker {
             // Only writers come here: the name is the transactional.id, as WorkerSpec.name.
             name = role + node.get("slot").asInt();
             process = name + "#" + node.get("incarnation").asInt();
-            node.path("settings").fields().forEachRemaining(e -> settings.put(e.getKey(), e.getValue().asText()));
+            node.path("settings").properties().forEach(e -> settings.put(e.getKey(), e.getValue().asText()));
         }
     }
 
@@ -111,10 +111,8 @@ public class TransactionalWorker {
 
         Workload(JsonNode node) {
             // Python's dicts keep their order, and so does Jackson: the first topic is the input.
-            Iterator<Map.Entry<String, JsonNode>> topics = node.get("topics").fields();
             String first = null;
-            while (topics.hasNext()) {
-                Map.Entry<String, JsonNode> topic = topics.next();
+            for (Map.Entry<String, JsonNode> topic : node.get("topics").properties()) {
                 first = first == null ? topic.getKey() : first;
                 for (int p = 0; p < topic.getValue().asInt(); p++) {
                     dataPartitions.add(new TopicPartition(topic.getKey(), p));
@@ -543,7 +541,7 @@ public class TransactionalWorker {
             }
         } finally {
             try {
-                consumer.close(Duration.ofSeconds(5));
+                consumer.close(CloseOptions.timeout(Duration.ofSeconds(5)));
             } catch (RuntimeException e) {
                 // leaving the group is best effort: the session timeout removes the member
             }
