@@ -32,7 +32,7 @@ from onceflow.apache_kafka.distribution import require_java
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.client import KafkaClient, KafkaClientError
 from onceflow.protocol.entities import build
-from onceflow.verify.history import FAIL, OK, TXN, Op
+from onceflow.verify.history import FAIL, INVOKE, OK, TXN, Op
 from onceflow.verify.workload import COPIER, PRODUCER
 
 PYTHON, JAVA = "python", "java"
@@ -105,13 +105,23 @@ def slot_of(process: str) -> str:
 
 
 def ended_transactions(ops: Iterable[Op]) -> Counter[str]:
-    """Per writer slot, the transactions its clients ended with EndTxn: committed, or aborted
-    on purpose (an abort after an error may not have reached the coordinator)."""
+    """Per writer slot, the transactions its clients surely ended with an EndTxn of a
+    transaction that had added its partitions: committed, or aborted on purpose with every
+    write delivered (an abort after an error, or of a transaction whose writes were refused,
+    may not have reached the coordinator, or found nothing to end)."""
     ended: Counter[str] = Counter()
+    writes: dict[str, int] = {}
     for op in ops:
         if op.f != TXN:
             continue
-        if op.type == OK or (op.type == FAIL and op.value.get("error") == ABORTED_ON_PURPOSE):
+        txn = str(op.value.get("txn"))
+        if op.type == INVOKE:
+            writes[txn] = len(op.value.get("writes", []))
+        elif op.type == OK or (
+            op.type == FAIL
+            and op.value.get("error") == ABORTED_ON_PURPOSE
+            and len(op.value.get("delivered", [])) == writes.get(txn)
+        ):
             ended[slot_of(op.process)] += 1
     return ended
 
