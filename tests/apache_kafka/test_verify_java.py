@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +76,8 @@ def test_checker_flags_what_is_planted_in_the_java_history(
 
 
 def test_verify_without_java_says_so_in_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
     done = subprocess.run(
         [*verify_command(), "--embedded", "--client", "java", "--duration", "5s", "-f", "none"],
         capture_output=True,
@@ -84,7 +85,7 @@ def test_verify_without_java_says_so_in_one_line(tmp_path: Path) -> None:
         timeout=120,
         check=False,
         cwd=tmp_path,
-        env={**os.environ, "PATH": str(Path(sys.executable).parent)},  # no java on it
+        env={**os.environ, "PATH": str(empty)},  # no java on it
     )
     assert done.returncode == 1, (done.stdout, done.stderr)
     # One line, the last: said before anything starts.
