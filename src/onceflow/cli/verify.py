@@ -206,6 +206,16 @@ def verify_command(
             help="The copiers' group.protocol: classic, or consumer (KIP-848).",
         ),
     ] = "classic",
+    client: Annotated[
+        str,
+        typer.Option(
+            "--client",
+            help="The producers' and copiers' client: python (confluent-kafka, librdkafka: "
+            "transactions version 1) or java (Kafka's Java client of the release onceflow "
+            "pins, fetched once with Maven as --apache-kafka fetched; transactions version 2 "
+            "where the broker finalizes it); the readers are Python either way.",
+        ),
+    ] = "python",
 ) -> None:
     """Prove exactly-once under faults: transactional producers, consume-transform-produce
     copiers and read_committed / read_uncommitted consumers run while faults are injected;
@@ -237,6 +247,8 @@ def verify_command(
         raise UsageError("--nodes and --override need --apache-kafka.")
     if group_protocol not in ("classic", "consumer"):
         raise UsageError(f"--group-protocol must be classic or consumer, not {group_protocol!r}.")
+    if client not in ("python", "java"):
+        raise UsageError(f"--client must be python or java, not {client!r}.")
     settings = parse_settings(override or [])
     try:
         kinds = parse_faults(faults, mirror, apache_kafka is not None)
@@ -265,6 +277,7 @@ def verify_command(
         mirror=mirror,
         sink_url=sink_url,
         postgres=postgres,
+        client=client,
     )
     err = stderr_console()
     target = "the embedded broker" if options.embedded else options.bootstrap
@@ -276,6 +289,7 @@ def verify_command(
     err.print(
         f"onceflow verify: {target}, {options.duration_s:g} s, faults "
         f"{','.join(kinds) or 'none'}, seed {options.seed}, workload {workload}"
+        + (f", {client} client" if client != "python" else "")
     )
     last = {"phase": "", "at": -PROGRESS_EVERY_S}
 
@@ -319,6 +333,13 @@ def verify_command(
         err.print(f"report: {write_report(run, report_dir)}")
     if run.work_dir.exists():
         err.print(f"history and logs: {run.work_dir}")
+    java = run.details.get("java_client")
+    if java is not None and "epochs" in java:
+        version = "version 2" if java["version_2"] else "NOT version 2"
+        err.print(
+            f"Java client {java['kafka']}: transactions {version} (epoch per writer "
+            f"{java['epochs']}, transactions ended {java['ended_transactions']})"
+        )
     if "check_s" in run.details:
         err.print(
             f"run {run.details['run_s']:.1f} s, checked in {run.details['check_s']:.1f} s "

@@ -96,6 +96,14 @@ from onceflow.verify.history import (
     Op,
 )
 from onceflow.verify.indexed_history import IndexedHistory
+from onceflow.verify.java_worker import (
+    JAVA,
+    JAVA_ROLES,
+    JavaWorker,
+    compile_worker,
+    java_client,
+    version_2_evidence,
+)
 from onceflow.verify.kafka_nodes import ManagedKafka, WorkloadKeys, resolve_distribution
 from onceflow.verify.mirror_check import MIRROR_READ, check_mirror, source_ops
 from onceflow.verify.mirror_run import (
@@ -195,6 +203,7 @@ class VerifyOptions(ClientCounts):
     mirror: bool = False  # a target broker and the mirror pipeline (embedded only)
     sink_url: str | None = None  # the database workload's database [SQLite in work_dir]
     postgres: bool = False  # the database workload: a PostgreSQL server of its own, killed
+    client: str = "python"  # or "java": the producers and copiers in Kafka's Java client
 
     @property
     def embedded(self) -> bool:
@@ -295,6 +304,12 @@ def run_verify(
             distribution = resolve_distribution(options.apache_kafka)
         except (ValueError, RuntimeError) as e:  # no such distribution, no java, no mvn
             raise VerifyError(f"cannot run Apache Kafka: {e}") from e
+    java: Distribution | None = None
+    if options.client == JAVA:
+        try:
+            java = java_client()
+        except (ValueError, RuntimeError) as e:  # no java, no mvn, a fetch that failed
+            raise VerifyError(f"cannot run the Java client: {e}") from e
     started = time.monotonic()
     temporary = options.work_dir is None
     work_dir = options.work_dir or Path(tempfile.mkdtemp(prefix="onceflow-verify-"))
@@ -317,6 +332,7 @@ def run_verify(
     broker: SupervisedBroker | None = None
     proxy: KafkaProxy | None = None
     pool: WorkerPool | None = None
+    java_worker: JavaWorker | None = None
     nemesis: Nemesis | None = None
     broker_log: _LogTail | None = None
     target: SupervisedBroker | None = None
@@ -326,6 +342,12 @@ def run_verify(
     postgres: PostgresServer | None = None
     details: dict[str, Any] = {"topic_tag": tag}
     try:
+        if java is not None:
+            report(Progress("compiling the Java worker", 0, options.duration_s))
+            try:
+                java_worker = compile_worker(java, work_dir / "java")
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+                raise VerifyError(f"cannot run the Java client: {e}") from e
         if options.embedded:
             broker_env: dict[str, str] = {}
             data_dir = work_dir / "data"
@@ -417,6 +439,7 @@ def run_verify(
             options.seed,
             work_dir / "logs",
             (lambda name: route.bootstrap_for(name, bootstrap)) if route else lambda _: bootstrap,
+            java=java_worker,
         )
         for slot in range(options.producers):
             pool.add(PRODUCER, slot)
@@ -529,6 +552,8 @@ def run_verify(
             for isolation in (READ_COMMITTED, READ_UNCOMMITTED):
                 final_pass(bootstrap, workload, isolation, history, settle_s, tag)
             final_offsets(bootstrap, workload, history)
+            if java is not None:
+                details["java_client"] = _java_evidence(java, bootstrap, history, pool, notes)
             if loaders:
                 read_database(workload, history)
             if mirror is not None and target is not None:
@@ -609,6 +634,17 @@ def run_verify(
     if temporary and run.ok:
         shutil.rmtree(work_dir, ignore_errors=True)
     return run
+
+
+def _java_evidence(
+    java: Distribution, bootstrap: str, history: History, pool: WorkerPool, notes: list[str]
+) -> dict[str, Any]:
+    """The Java client's release, and each writer's epoch against the transactions it ended:
+    transactions version 2 bumps the epoch at every end."""
+    evidence = version_2_evidence(bootstrap, history.ops, pool.names(JAVA_ROLES))
+    if not evidence.get("version_2"):
+        notes.append(f"the Java client's epochs do not show transactions version 2: {evidence}")
+    return {"kafka": java.version, **evidence}
 
 
 def _postgres() -> PostgresServer:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from onceflow.verify.history import COMMIT, INFO, READ_COMMITTED, WORKER, History
+from onceflow.verify.java_worker import JAVA_ROLES, JavaWorker
 from onceflow.verify.workload import READER, WorkerSpec, WorkloadSpec
 
 ANY_MOMENT, IN_TXN, COMMITTING = "any", "in-txn", "committing"
@@ -52,8 +53,11 @@ class WorkerPool:
         log_dir: Path,
         bootstrap_for: Callable[[str], str],
         settings: dict[str, str] | None = None,
+        java: JavaWorker | None = None,
     ) -> None:
+        """`java`: the Java worker, to run the transactional roles in Kafka's Java client."""
         self.history, self.workload, self.seed = history, workload, seed
+        self.java = java
         self.log_dir = log_dir
         self.bootstrap_for = bootstrap_for
         self.settings = dict(settings or {})
@@ -97,9 +101,12 @@ class WorkerPool:
                 self.settings,
             )
             argument = json.dumps({"worker": spec.to_json(), "workload": self.workload.to_json()})
+            command = [sys.executable, "-m", "onceflow.verify.worker", argument]
+            if self.java is not None and slot.role in JAVA_ROLES:
+                command = self.java.command(argument)
             with (self.log_dir / f"{name}.log").open("ab") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "onceflow.verify.worker", argument],
+                    command,
                     stdout=subprocess.PIPE,
                     stderr=log,
                     stdin=subprocess.DEVNULL,
