@@ -75,19 +75,31 @@ class Tv2Producer:
         self.producer_id, self.epoch = answer.producer_id, answer.producer_epoch
         self.sequence = 0
 
-    def produce(
-        self, topic: str, partition: int, *, epoch: int | None = None, version: int = PRODUCE_V2
-    ) -> ErrorCode:
+    def produce_request(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        epoch: int | None = None,
+        version: int = PRODUCE_V2,
+        sequence: int = 0,
+    ) -> Any:
         epoch = self.epoch if epoch is None else epoch
-        answer = self.wire.request(
+        batch = _batch(self.producer_id, epoch, sequence, b"%d" % sequence)
+        return request_entity(
             ApiKey.PRODUCE,
             version,
             transactional_id=self.transactional_id,
             acks=-1,
             timeout=datetime.timedelta(seconds=WAIT),
-            topic_data=(
-                _topic_data(version, topic, partition, _batch(self.producer_id, epoch, 0)),
-            ),
+            topic_data=(_topic_data(version, topic, partition, batch),),
+        )
+
+    def produce(
+        self, topic: str, partition: int, *, epoch: int | None = None, version: int = PRODUCE_V2
+    ) -> ErrorCode:
+        answer = self.wire.call(
+            self.produce_request(topic, partition, epoch=epoch, version=version)
         )
         [topic_answer] = answer.responses
         [part] = topic_answer.partition_responses
@@ -263,19 +275,7 @@ def test_pipelined_first_writes_to_two_partitions_both_join(tv2_broker: Embedded
     topic = f"tv2-pipe-{uuid.uuid4().hex[:8]}"
     create_topic(tv2_broker.bootstrap, topic, partitions=2)
     producer = Tv2Producer(tv2_broker.bootstrap, f"tv2-{topic}")
-    requests = [
-        request_entity(
-            ApiKey.PRODUCE,
-            PRODUCE_V2,
-            transactional_id=producer.transactional_id,
-            acks=-1,
-            timeout=datetime.timedelta(seconds=WAIT),
-            topic_data=(
-                _topic_data(PRODUCE_V2, topic, p, _batch(producer.producer_id, producer.epoch, 0)),
-            ),
-        )
-        for p in (0, 1)
-    ]
+    requests = [producer.produce_request(topic, p) for p in (0, 1)]
     ids = [producer.wire.send(r) for r in requests]
     answers = [producer.wire.receive(r, i) for r, i in zip(requests, ids, strict=True)]
     errors = [a.responses[0].partition_responses[0].error_code for a in answers]
@@ -292,24 +292,7 @@ def test_a_produce_behind_one_waiting_for_its_add_appends_after_it(make_broker: 
     topic = f"tv2-order-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic)
     producer = Tv2Producer(broker.bootstrap, f"tv2-{topic}")
-    requests = [
-        request_entity(
-            ApiKey.PRODUCE,
-            PRODUCE_V2,
-            transactional_id=producer.transactional_id,
-            acks=-1,
-            timeout=datetime.timedelta(seconds=WAIT),
-            topic_data=(
-                _topic_data(
-                    PRODUCE_V2,
-                    topic,
-                    0,
-                    _batch(producer.producer_id, producer.epoch, sequence, b"%d" % sequence),
-                ),
-            ),
-        )
-        for sequence in (0, 1)
-    ]
+    requests = [producer.produce_request(topic, 0, sequence=s) for s in (0, 1)]
     first = producer.wire.send(requests[0])
     with WireClient(broker.bootstrap) as admin:
         wait_for(lambda: _ongoing(admin) == [producer.transactional_id], 30, "the first's add")
