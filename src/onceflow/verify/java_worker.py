@@ -35,8 +35,7 @@ from onceflow.protocol.entities import build
 from onceflow.verify.history import FAIL, INVOKE, OK, TXN, Op
 from onceflow.verify.workload import COPIER, PRODUCER
 
-PYTHON, JAVA = "python", "java"
-CLIENTS = (PYTHON, JAVA)
+JAVA = "java"  # VerifyOptions.client of the Java worker (the default: "python")
 JAVA_ROLES = (PRODUCER, COPIER)  # the transactional ones; readers stay Python
 SOURCE = "TransactionalWorker.java"
 MAIN = "TransactionalWorker"
