@@ -5,7 +5,8 @@
 // WorkloadSpec}) and writes the same operations as JSON lines on stdout (one write a line, so a
 // SIGKILL leaves at most a torn last line); SIGTERM finishes the current operation and exits 0,
 // SIGSTOP/SIGKILL need nothing. Exit 3: the client could not get back to a working state.
-// Run in source-file mode with Kafka's jars: java -cp 'libs/*' TransactionalWorker.java JSON
+// Compiled by the run (verify/java_worker.py: javac -cp 'libs/*'), then run with its classes
+// before Kafka's jars: java -cp 'classes:libs/*' TransactionalWorker JSON
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -56,7 +57,7 @@ public class TransactionalWorker {
         // Kafka's logging (log4j's default console appender) must not mix into the operations.
         System.setOut(System.err);
         if (args.length != 1) {
-            System.err.println("usage: java -cp 'libs/*' TransactionalWorker.java JSON");
+            System.err.println("usage: java -cp 'classes:libs/*' TransactionalWorker JSON");
             System.exit(2);
         }
         JsonNode config = JSON.readTree(args[0]);
