@@ -4,7 +4,9 @@ leaves no JVM behind, whether stopped or orphaned by a SIGKILLed parent."""
 from __future__ import annotations
 
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +82,33 @@ def test_a_sigkilled_parent_leaves_no_jvm(apache_kafka: Distribution, tmp_path: 
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     wait_for(lambda: all(gone(p) for p in pids), 30, f"the JVMs {pids} to die with their parent")
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """The node closed this connection: readable, and at its end."""
+    if not select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_the_clusters_client_is_remade_after_the_node_closes_its_idle_connection(
+    apache_kafka: Distribution, tmp_path: Path
+) -> None:
+    """A node closes a connection idle for `connections.max.idle.ms` (10 minutes; 3 s here); a
+    session's cluster serves tests for longer, and its cached client then failed in `leader`
+    ("closed the connection during Metadata", a CI run). It is remade."""
+    cluster = KafkaCluster(
+        tmp_path, 1, distribution=apache_kafka, settings={"connections.max.idle.ms": "3000"}
+    )
+    with cluster:
+        cluster.create_topic("idle", 1)
+        assert cluster.leader("idle") == 1
+        client = cluster.client()
+        connections = [*client._connections.values(), client._bootstrap_connection]
+        sockets = [c._socket for c in connections if c is not None and c._socket is not None]
+        assert sockets, "the cached client holds no connection"
+        wait_for(lambda: all(_closed_by_peer(s) for s in sockets), 60, "the node to close them")
+        assert cluster.leader("idle") == 1

@@ -484,8 +484,18 @@ class KafkaCluster:
                 self._client.close()
                 self._client = None
 
+    def metadata(self, topics: list[str] | None) -> Any:
+        """Metadata from the cached client, or from a new one when its connection is gone: a
+        node closes a connection idle for `connections.max.idle.ms` (10 minutes), and a
+        cluster may serve a session's tests far longer (a CI run failed so, in `leader`)."""
+        try:
+            return self.client().metadata(topics)
+        except (KafkaClientError, OSError):
+            self._close_client()
+            return self.client().metadata(topics)
+
     def _find_partition(self, topic: str, partition: int) -> Any | None:
-        response = self.client().metadata([topic])
+        response = self.metadata([topic])
         for t in response.topics:
             if t.name == topic:
                 for p in t.partitions:
@@ -586,7 +596,7 @@ class KafkaCluster:
         an operator waits for between two restarts of a rolling restart)."""
 
         def in_sync() -> bool | None:
-            for topic in self.client().metadata(None).topics:
+            for topic in self.metadata(None).topics:
                 for p in topic.partitions:
                     if len(p.isr_nodes) < len(p.replica_nodes) or int(p.leader_id) < 0:
                         return None
