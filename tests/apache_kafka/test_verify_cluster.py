@@ -44,6 +44,7 @@ def test_verify_apache_kafka_with_every_fault_finds_no_anomaly(
     operations = report["operations"]
     assert operations["committed"] >= 10 and operations["copy_transactions"] >= 1, operations
     assert report["details"]["copiers_drained"]  # committed input = committed output
+    assert report["details"]["copy_group_type"] == "classic"  # listed so by Apache Kafka
 
     # The history names the nodes struck, each healed (restarted, resumed, reconnected).
     ops = [op for op in History.load(Path(report["history"])).ops if op.process == NEMESIS]

@@ -1,7 +1,9 @@
-"""`onceflow verify --embedded --client java`: the producers and copiers are Kafka's Java client
-4.4 (TransactionalWorker.java), which uses transactions version 2, while the broker is killed and
-the clients crashed: no anomaly, version 2 really used (every writer's epoch at the coordinator
-bumped by every transaction it ended), and the same history, tampered with, is flagged."""
+"""`onceflow verify --embedded --client java --group-protocol consumer`: the producers and
+copiers are Kafka's Java client 4.4 (TransactionalWorker.java), which uses transactions version
+2, the copiers in a KIP-848 consumer group, while the broker is killed and the clients crashed:
+no anomaly, version 2 really used (every writer's epoch at the coordinator bumped by every
+transaction it ended), the group listed as a consumer group, and the same history, tampered
+with, is flagged."""
 
 from __future__ import annotations
 
@@ -31,19 +33,20 @@ def java_run(
     report, _ = run_verify(
         tmp_path,
         *("--duration", "30s", "--faults", ",".join(KINDS), "--seed", "7"),
-        *("--client", "java"),
+        *("--client", "java", "--group-protocol", "consumer"),
         timeout=300,
     )
     return report, History.load(Path(report["history"])).ops
 
 
-def test_verify_with_java_clients_on_version_2_finds_no_anomaly(
+def test_verify_with_java_clients_on_version_2_and_kip_848_finds_no_anomaly(
     java_run: tuple[dict[str, Any], list[Op]],
 ) -> None:
     report, ops = java_run
     operations = assert_clean(report, KINDS)
     assert operations["copy_transactions"] >= 10, operations
     assert report["details"]["copiers_drained"]  # so committed input = committed output
+    assert report["details"]["copy_group_type"] == "consumer"  # KIP-848, as the broker lists it
     # Every incarnation of a writer was the Java worker; the readers stayed Python.
     started = {
         op.process: op.value.get("client")

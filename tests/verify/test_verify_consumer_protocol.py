@@ -19,3 +19,4 @@ def test_verify_copiers_in_a_consumer_protocol_group(tmp_path: Path) -> None:
     operations = assert_clean(report, kinds)
     assert operations["copy_transactions"] >= 10, operations
     assert report["details"]["copiers_drained"]  # all committed input was copied
+    assert report["details"]["copy_group_type"] == "consumer"  # as the broker lists it

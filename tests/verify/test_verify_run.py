@@ -31,6 +31,7 @@ def test_verify_embedded_with_every_fault_finds_no_anomaly(tmp_path: Path) -> No
     assert operations["copy_transactions"] >= 10, operations
     assert operations["polls_records"] >= 1000, operations
     assert report["details"]["copiers_drained"]  # so committed input = committed output
+    assert report["details"]["copy_group_type"] == "classic"  # the default protocol
     summary = json.loads(stdout.strip().splitlines()[-1])  # the one-line JSON summary
     assert summary["anomalies"] == report["anomalies"]
     assert report["check_s"] >= 0

@@ -8,6 +8,7 @@ import time
 from functools import partial
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from onceflow.verify.history import (
     FINAL,
@@ -161,3 +162,14 @@ def final_offsets(bootstrap: str, workload: WorkloadSpec, history: History) -> N
         )
     finally:
         consumer.close()
+
+
+def group_type(bootstrap: str, group: str, timeout_s: float = 30.0) -> str | None:
+    """The group's type as the broker lists it (ListGroups v5: `classic` or `consumer`), so a
+    run says which protocol its copiers really used; None if the broker does not list it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    listed = admin.list_consumer_groups(request_timeout=timeout_s).result()
+    for listing in listed.valid:
+        if listing.group_id == group:
+            return listing.type.name.lower()
+    return None

@@ -79,7 +79,7 @@ from onceflow.verify.faults import (
     SupervisedBroker,
     Targets,
 )
-from onceflow.verify.final_reads import final_offsets, final_pass, wait_drained
+from onceflow.verify.final_reads import final_offsets, final_pass, group_type, wait_drained
 from onceflow.verify.history import (
     FAIL,
     INFO,
@@ -552,6 +552,14 @@ def run_verify(
             for isolation in (READ_COMMITTED, READ_UNCOMMITTED):
                 final_pass(bootstrap, workload, isolation, history, settle_s, tag)
             final_offsets(bootstrap, workload, history)
+            if options.copiers:
+                # The protocol the copiers' group really runs, as the broker lists it.
+                kind = group_type(bootstrap, workload.copy_group)
+                details["copy_group_type"] = kind
+                if kind != options.group_protocol:
+                    errors.append(
+                        f"the copiers' group is listed as {kind}, not {options.group_protocol}"
+                    )
             if java is not None:
                 details["java_client"] = _java_evidence(java, bootstrap, history, pool, notes)
             if loaders:
