@@ -26,7 +26,7 @@ from onceflow.broker.handlers.responses import build_from, response_classes
 from onceflow.broker.partition import append_records_to_leader
 from onceflow.fault_points import crash_point, delay_point
 from onceflow.protocol.entities import build, has_field, sibling
-from onceflow.records.batch import transactional_header
+from onceflow.records.batch import BatchHeader, transactional_header
 from onceflow.records.validation import AppendRefused
 from onceflow.security import authorization as auth
 from onceflow.txn.coordinator import produce_error_for_verification
@@ -73,58 +73,65 @@ class _Answer:
 PRODUCE_ADDS_PARTITIONS_SINCE = 12
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _TransactionalBatches:
+    """A Produce's transactional batches, their first headers read once: per partition named
+    (topic, index, header), and the request's error from Kafka's checks of them."""
+
+    batches: list[tuple[str, int, BatchHeader]]
+    error: ErrorCode | None
+
+    @property
+    def producer(self) -> tuple[int, int] | None:
+        """The producer id and epoch (one producer: a request of two has `error`)."""
+        for _, _, header in self.batches:
+            if header.has_producer_id:
+                return header.producer_id, header.producer_epoch
+        return None
+
+
 def handle_produce(ctx: DataContext, request: Request) -> Any:
+    txn = _transactional_batches(request)
     if (
         ctx.add_to_transaction is not None
         # acks=0 is never transactional (producers refuse it); nothing to answer, nothing added
         and request.body.acks in (1, -1)
-        and _transactional_error(request) is None
+        and txn.error is None
+        and (producer := txn.producer) is not None
     ):
-        producer = _transactional_producer(request)
-        if producer is not None:
-            before = ctx.producers.waiting(producer[0])
-            if before is not None or _partitions_to_add(ctx, request):
-                appended = ctx.producers.join(producer[0])
-                return _produce_in_order(ctx, request, producer, before, appended)
-    return _produce(ctx, request, {})
+        before = ctx.producers.waiting(producer[0])
+        if before is not None or _partitions_to_add(ctx, request, txn):
+            appended = ctx.producers.join(producer[0])
+            return _produce_in_order(ctx, request, txn, producer, before, appended)
+    return _produce(ctx, request, txn.error, {})
 
 
-def _transactional_producer(request: Request) -> tuple[int, int] | None:
-    """The producer id and epoch of a Produce's transactional batches (one producer: checked
-    by _transactional_error before this is asked)."""
-    for topic_data in request.body.topic_data:
-        for pdata in topic_data.partition_data:
-            header = transactional_header(pdata.records or b"")
-            if header is not None and header.has_producer_id:
-                return header.producer_id, header.producer_epoch
-    return None
-
-
-def _partitions_to_add(ctx: DataContext, request: Request) -> list[tuple[str, int]]:
+def _partitions_to_add(
+    ctx: DataContext, request: Request, txn: _TransactionalBatches
+) -> list[tuple[str, int]]:
     """The partitions a version 2 producer's Produce would open its transaction on (not yet in
     it at the partition), which exist and it may write."""
-    req = request.body
-    if req.transactional_id is None or request.api_version < PRODUCE_ADDS_PARTITIONS_SINCE:
+    if request.body.transactional_id is None or request.api_version < PRODUCE_ADDS_PARTITIONS_SINCE:
         return []
+    writable: dict[str, bool] = {}
     wanted: list[tuple[str, int]] = []
-    for topic_data in req.topic_data:
-        if not auth.authorize(
-            request.session, auth.WRITE, auth.TOPIC, topic_data.name, log_if_denied=False
-        ):
+    for topic, index, header in txn.batches:
+        if not header.has_producer_id:
             continue
-        for pdata in topic_data.partition_data:
-            header = transactional_header(pdata.records or b"")
-            if header is None or not header.has_producer_id:
-                continue
-            partition = ctx.topics.partition(topic_data.name, pdata.index)
-            if partition is not None and partition.needs_verification(header):
-                wanted.append((topic_data.name, pdata.index))
+        if topic not in writable:
+            writable[topic] = auth.authorize(
+                request.session, auth.WRITE, auth.TOPIC, topic, log_if_denied=False
+            )
+        partition = ctx.topics.partition(topic, index) if writable[topic] else None
+        if partition is not None and partition.needs_verification(header):
+            wanted.append((topic, index))
     return wanted
 
 
 async def _produce_in_order(
     ctx: DataContext,
     request: Request,
+    txn: _TransactionalBatches,
     producer: tuple[int, int],
     before: asyncio.Future[None] | None,
     appended: asyncio.Future[None],
@@ -138,7 +145,7 @@ async def _produce_in_order(
         if before is not None:
             await asyncio.wait([before])
         refused: dict[tuple[str, int], ErrorCode] = {}
-        wanted = _partitions_to_add(ctx, request)
+        wanted = _partitions_to_add(ctx, request, txn)
         if wanted:
             added = await ctx.add_to_transaction(request.body.transactional_id, *producer, wanted)
             refused = {
@@ -147,14 +154,19 @@ async def _produce_in_order(
                 if error != ErrorCode.none
             }
             await delay_point("produce.after-add")
-        answer = _produce(ctx, request, refused)
+        answer = _produce(ctx, request, None, refused)
     finally:
         if not appended.done():
             appended.set_result(None)
     return await answer if inspect.isawaitable(answer) else answer
 
 
-def _produce(ctx: DataContext, request: Request, refused: dict[tuple[str, int], ErrorCode]) -> Any:
+def _produce(
+    ctx: DataContext,
+    request: Request,
+    txn_error: ErrorCode | None,
+    refused: dict[tuple[str, int], ErrorCode],
+) -> Any:
     req = request.body
     cls, topic_cls, part_cls = response_classes(
         request, "TopicProduceResponse", "PartitionProduceResponse"
@@ -163,10 +175,7 @@ def _produce(ctx: DataContext, request: Request, refused: dict[tuple[str, int], 
     record_error_cls = (
         sibling(cls, "BatchIndexAndErrorMessage") if has_field(part_cls, "record_errors") else None
     )
-    if req.acks not in (0, 1, -1):
-        error_all: ErrorCode | None = ErrorCode.invalid_required_acks
-    else:
-        error_all = _transactional_error(request)
+    error_all = ErrorCode.invalid_required_acks if req.acks not in (0, 1, -1) else txn_error
     touched: list[Partition] = []
     topics_out = []
     for topic_data in req.topic_data:
@@ -192,8 +201,9 @@ def _produce(ctx: DataContext, request: Request, refused: dict[tuple[str, int], 
     return None if req.acks == 0 else response
 
 
-def _transactional_error(request: Request) -> ErrorCode | None:
-    """Kafka's checks of a Produce's transactional batches before anything is appended.
+def _transactional_batches(request: Request) -> _TransactionalBatches:
+    """A Produce's transactional batches, with Kafka's checks of them before anything is
+    appended.
 
     Transactional records need a transactional id the principal may write, with or without an
     authorizer (KafkaApis.handleProduceRequest): otherwise anyone who can write the topic could
@@ -203,22 +213,23 @@ def _transactional_error(request: Request) -> ErrorCode | None:
     at those it goes on to append; the answer is the same error for the whole request.
     """
     req = request.body
-    headers = [
-        header
+    batches = [
+        (topic_data.name, pdata.index, header)
         for topic_data in req.topic_data
         for pdata in topic_data.partition_data
         if (header := transactional_header(pdata.records or b"")) is not None
     ]
-    if not headers:
-        return None
-    if req.transactional_id is None or not auth.authorize(
-        request.session, auth.WRITE, auth.TRANSACTIONAL_ID, req.transactional_id
+    error: ErrorCode | None = None
+    if batches and (
+        req.transactional_id is None
+        or not auth.authorize(
+            request.session, auth.WRITE, auth.TRANSACTIONAL_ID, req.transactional_id
+        )
     ):
-        return ErrorCode.transactional_id_authorization_failed
-    producers = {(h.producer_id, h.producer_epoch) for h in headers if h.has_producer_id}
-    if len(producers) > 1:
-        return ErrorCode.invalid_producer_id_mapping
-    return None
+        error = ErrorCode.transactional_id_authorization_failed
+    elif len({(h.producer_id, h.producer_epoch) for _, _, h in batches if h.has_producer_id}) > 1:
+        error = ErrorCode.invalid_producer_id_mapping
+    return _TransactionalBatches(batches, error)
 
 
 def _append(
