@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import datetime
 import ipaddress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -15,6 +15,7 @@ from onceflow.broker.handlers.context import GroupsContext
 from onceflow.broker.handlers.offsets import answer_when_written
 from onceflow.broker.handlers.responses import build_from, response_class, response_classes
 from onceflow.broker.handlers.slices import SLICED_ABOVE, Work, in_slices
+from onceflow.groups.consumer_messages import TopicsImage
 from onceflow.groups.coordinator import (
     JoinGroupRequest,
     JoinResult,
@@ -74,6 +75,12 @@ def _refused(request: Request) -> Any | None:
     )
 
 
+def topics_image(ctx: GroupsContext) -> TopicsImage:
+    """The broker's topic registry (the groups' partition lookup): a classic member of a
+    consumer group is assigned by the coordinator, which needs the topics' ids."""
+    return cast(TopicsImage, ctx.partitions)
+
+
 def _answer_later() -> tuple[asyncio.Future[Any], Any]:
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -105,7 +112,7 @@ def handle_join_group(ctx: GroupsContext, request: Request) -> Any:
         supports_skip_assignment=version >= 9,
     )
     future, respond = _answer_later()
-    ctx.coordinator.join_group(join, respond)
+    ctx.coordinator.join_group(join, respond, topics_image(ctx))
     return _join_response(future, request)
 
 
@@ -136,7 +143,7 @@ def handle_sync_group(ctx: GroupsContext, request: Request) -> Any:
         assignments={a.member_id: bytes(a.assignment) for a in req.assignments},
     )
     future, respond = _answer_later()
-    ctx.coordinator.sync_group(sync, respond)
+    ctx.coordinator.sync_group(sync, respond, topics_image(ctx))
     return _sync_response(future, request)
 
 
@@ -178,7 +185,7 @@ def _leave_group(ctx: GroupsContext, request: Request) -> Work:
     if len(members) > SLICED_ABOVE:
         result = yield from _leave_in_chunks(ctx, req.group_id, members)
     else:
-        result = ctx.coordinator.leave_group(req.group_id, members)
+        result = ctx.coordinator.leave_group(req.group_id, members, topics_image(ctx))
     if request.api_version < 3:
         error = (
             result.members[0].error
@@ -199,7 +206,9 @@ def _leave_in_chunks(ctx: GroupsContext, group_id: str, members: list[LeaveMembe
     group-level error (the group gone meanwhile) answers for the whole request."""
     left: list[Any] = []
     for start in range(0, len(members), SLICED_ABOVE):
-        result = ctx.coordinator.leave_group(group_id, members[start : start + SLICED_ABOVE])
+        result = ctx.coordinator.leave_group(
+            group_id, members[start : start + SLICED_ABOVE], topics_image(ctx)
+        )
         if result.error != ErrorCode.none:
             return result
         left.extend(result.members)
