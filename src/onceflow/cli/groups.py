@@ -153,7 +153,15 @@ def describe_group(
 
 def _print_consumer_members(info: ConsumerGroupInfo) -> None:
     table = result_table(
-        "CONSUMER-ID", "MEMBER-EPOCH", "INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT", "TARGET"
+        "CONSUMER-ID",
+        "MEMBER-EPOCH",
+        "INSTANCE-ID",
+        "CLIENT-ID",
+        "HOST",
+        "ASSIGNMENT",
+        "TARGET",
+        # Kafka's kafka-consumer-groups --members --verbose column: false for a classic member.
+        "UPGRADED",
     )
     for m in info.members:
         table.add_row(
@@ -164,6 +172,7 @@ def _print_consumer_members(info: ConsumerGroupInfo) -> None:
             m.client_host,
             _partitions_text(m.assignment),
             _partitions_text(m.target_assignment),
+            _dash(None if m.upgraded is None else str(m.upgraded).lower()),
         )
     stdout_console().print(table)
 
