@@ -115,6 +115,7 @@ class Client:
     epoch: int = -1
     owned: dict[str, set[int]] = field(default_factory=dict)
     must_join: bool = True
+    instance: str | None = None
 
     # -- classic protocol (cooperative) --------------------------------------------------
 
@@ -133,6 +134,7 @@ class Client:
                 session_timeout_ms=CLASSIC_SESSION_MS,
                 rebalance_timeout_ms=REBALANCE_MS,
                 client_id=self.name,
+                group_instance_id=self.instance,
                 require_known_member_id=True,
             ),
             reply,
@@ -146,7 +148,9 @@ class Client:
     def sync(self, assignments: dict[str, bytes] | None = None) -> Any:
         reply = Reply()
         self.cluster.coord.sync_group(
-            SyncGroupRequest("g", self.epoch, self.member_id, assignments=assignments or {}),
+            SyncGroupRequest(
+                "g", self.epoch, self.member_id, self.instance, assignments=assignments or {}
+            ),
             reply,
             self.cluster.topics,
         )
@@ -206,7 +210,7 @@ class Client:
         j = joined.result
         assert j.error == E.none, j
         assert j.leader == "" and j.members == ()  # every classic member is a follower
-        self.epoch = j.generation_id
+        self.member_id, self.epoch = j.member_id, j.generation_id
         synced = self.sync()
         s = synced.result
         if s.error == E.rebalance_in_progress:
@@ -593,3 +597,33 @@ def test_the_member_record_carries_the_classic_metadata_as_kafka_tags_it() -> No
     assert encoded[:2] == plain[:2] == b"\x00\x00"
     assert encoded[: len(plain) - 1] == plain[:-1] and plain[-1:] == b"\x00"
     assert encoded[len(plain) - 1 : len(plain) + 1] == b"\x01\x00"
+
+
+def test_a_restarted_static_classic_member_takes_its_old_place_without_a_rebalance() -> None:
+    cluster = Cluster()
+    cluster.topics.create("t", 4)
+    c = Client(cluster, "c0", classic=False)
+    c.heartbeat()
+    k = Client(cluster, "k0", classic=True, instance="i0")
+    settle(cluster, [c, k])
+    before = cluster.consumer_members()[k.member_id]
+    epoch = cluster.coord.consumer_groups.group("g").group_epoch
+    # The client restarts: unknown member id, same instance id, same owned partitions.
+    restarted = Client(cluster, "k0", classic=True, instance="i0", owned=dict(k.owned))
+    restarted.epoch = k.epoch
+    again = restarted.join().result
+    assert again.error == E.none and again.member_id != k.member_id
+    members = cluster.consumer_members()
+    assert k.member_id not in members
+    after = members[again.member_id]
+    assert (after.member_epoch, after.assigned, after.instance_id) == (
+        before.member_epoch,
+        before.assigned,
+        "i0",
+    )
+    assert again.generation_id == before.member_epoch
+    assert cluster.coord.consumer_groups.group("g").group_epoch == epoch  # no rebalance
+    # The old member id is fenced.
+    assert k.join().result.error == E.fenced_instance_id
+    loaded = cluster.restarted()
+    assert loaded.consumer_members() == members

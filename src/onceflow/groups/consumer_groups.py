@@ -781,7 +781,7 @@ class ConsumerGroups:
             if not req.member_id and req.require_known_member_id and not req.group_instance_id:
                 respond(JoinResult(ErrorCode.member_id_required, member_id=member_id))
                 return
-            member = self._classic_member(group, req, member_id)
+            member, replaced = self._classic_member(group, req, member_id)
             try:
                 subscription = consumer_protocol.decode_subscription(bytes(req.protocols[0][1]))
             except consumer_protocol.ConsumerProtocolError as e:
@@ -817,7 +817,7 @@ class ConsumerGroups:
             owned = _topic_ids(subscription.owned_partitions, topics)
             now = self._ctx.clock()
             reconciled = self._update_and_reconcile(
-                group, member, updated, None, owned, records, topics, now, requested_regex=None
+                group, member, updated, replaced, owned, records, topics, now, requested_regex=None
             )
         except cr.ConsumerGroupRecordError as e:
             log.info(
@@ -861,29 +861,36 @@ class ConsumerGroups:
 
     def _classic_member(
         self, group: ConsumerGroup, req: JoinGroupRequest, member_id: str
-    ) -> ConsumerGroupMember:
+    ) -> tuple[ConsumerGroupMember, str | None]:
         """The joining classic member as it is now (new, or as it was: a classic member keeps
-        its epoch and assignment across its JoinGroups)."""
+        its epoch and assignment across its JoinGroups), and the member id it replaces: a
+        static member restarted (unknown member id, known instance id) takes its old place,
+        epoch and assignment, as in Kafka, without a rebalance."""
         if req.group_instance_id is not None:
             existing = group.static_member(req.group_instance_id)
             if existing is not None and existing.member_id != member_id:
-                raise HeartbeatError(
-                    ErrorCode.fenced_instance_id,
-                    f"Static member {member_id} with instance id {req.group_instance_id} is "
-                    f"fenced by member {existing.member_id}.",
-                )
+                if req.member_id:
+                    raise HeartbeatError(
+                        ErrorCode.fenced_instance_id,
+                        f"Static member {member_id} with instance id {req.group_instance_id} "
+                        f"is fenced by member {existing.member_id}.",
+                    )
+                if existing.classic is None:
+                    raise HeartbeatError(
+                        ErrorCode.unknown_member_id,
+                        f"Member {existing.member_id} does not use the classic protocol.",
+                    )
+                return replace(existing, member_id=member_id), existing.member_id
         member = group.members.get(member_id)
         if member is None:
-            if req.member_id and not req.require_known_member_id:
-                # A known member id that is not in the group.
-                pass
-            return ConsumerGroupMember(member_id)
+            # New, or a member id the group no longer knows (fenced meanwhile): it joins anew.
+            return ConsumerGroupMember(member_id), None
         if member.classic is None:
             raise HeartbeatError(
                 ErrorCode.unknown_member_id,
                 f"Member {member_id} does not use the classic protocol.",
             )
-        return member
+        return member, None
 
     def _classic_member_of(
         self, group: ConsumerGroup, member_id: str, instance_id: str | None
