@@ -186,3 +186,39 @@ def test_a_rolling_upgrade_from_classic_to_consumer_while_consuming(
         assert rolling.group_type() == "consumer"
     finally:
         rolling.close()
+
+
+def test_a_rolling_downgrade_from_consumer_to_classic_while_consuming(
+    make_broker: Callable[..., EmbeddedBroker],
+) -> None:
+    """The way back: classic members join the consumer group, and when the last
+    consumer-protocol member leaves the group is downgraded and its classic members rejoin it."""
+    broker = make_broker(settings={"group.consumer.heartbeat.interval.ms": "500"})
+    topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    rolling = Rolling(broker.bootstrap, topic, group)
+    try:
+        for i in range(3):
+            rolling.start(f"consumer-{i}", "consumer")
+        rolling.keep_going(rolling.settled, "the consumer group to assign every partition")
+        for i in range(3):
+            rolling.stop(f"consumer-{i}")
+            rolling.start(f"classic-{i}", "classic")
+            rolling.keep_going(
+                rolling.settled, f"the group to settle with classic-{i} (step {i + 1} of 3)"
+            )
+            # The last consumer-protocol member gone (step 2), the group is classic again.
+            assert rolling.group_type() == ("consumer" if i < 2 else "classic")
+        rolling.producer.flush(30)
+        produced = rolling.produced
+
+        def all_committed() -> bool:
+            rolling.round()
+            return sum(rolling.committed.values()) == produced
+
+        wait_for(all_committed, 60, lambda: f"commits {rolling.committed} of {produced}")
+        for p, offset in rolling.committed.items():
+            missing = set(range(offset)) - rolling.consumed[p]
+            assert not missing, f"partition {p}: offsets {sorted(missing)[:10]} never read"
+    finally:
+        rolling.close()
