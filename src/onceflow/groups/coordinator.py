@@ -156,17 +156,24 @@ class GroupCoordinator:
             )
         return self._membership.heartbeat(group_id, member_id, generation_id, group_instance_id)
 
+    def leave_group_result(
+        self, group_id: str, members: Sequence[LeaveMember], topics: TopicsImage | None = None
+    ) -> CoordinatorResult[LeaveResult]:
+        """LeaveGroup. Classic members leaving a consumer group are removed with records (to
+        append before answering, as Kafka's classicGroupLeaveToConsumerGroup); a classic
+        group's leave writes none."""
+        if group_id and self._consumer_groups.group(group_id) is not None:
+            return self._consumer_groups.classic_leave(group_id, members, topics or NO_TOPICS)
+        return CoordinatorResult([], self._membership.leave_group(group_id, members))
+
     def leave_group(
         self, group_id: str, members: Sequence[LeaveMember], topics: TopicsImage | None = None
     ) -> LeaveResult:
-        """LeaveGroup. Classic members leaving a consumer group are removed with records,
-        appended through ``write_records`` (the answer does not wait for them)."""
-        if group_id and self._consumer_groups.group(group_id) is not None:
-            result = self._consumer_groups.classic_leave(group_id, members, topics or NO_TOPICS)
-            if result.records:
-                self._write_records(result.records, _log_leave_write)
-            return result.response
-        return self._membership.leave_group(group_id, members)
+        """:meth:`leave_group_result` with its records appended through ``write_records``."""
+        result = self.leave_group_result(group_id, members, topics)
+        if result.records:
+            self._write_records(result.records, _log_leave_write)
+        return result.response
 
     # -- KIP-848 consumer groups ------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from onceflow.groups.coordinator import (
     SyncGroupRequest,
     SyncResult,
 )
+from onceflow.groups.messages import LeaveResult
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.entities import build, sibling
 from onceflow.security import authorization as auth
@@ -170,9 +171,11 @@ def handle_leave_group(ctx: GroupsContext, request: Request) -> Any:
 
 
 def _leave_group(ctx: GroupsContext, request: Request) -> Work:
-    """One step per member named (v3+), the group's change in one."""
+    """One step per member named (v3+), the group's change in one. Classic members leaving a
+    consumer group are answered once the records removing them are durable."""
     req = request.body
     cls = response_class(request)
+    written: list[Any] = []
     if request.api_version >= 3:
         members = []
         for m in req.members:
@@ -183,32 +186,55 @@ def _leave_group(ctx: GroupsContext, request: Request) -> Work:
     else:
         members = [LeaveMember(req.member_id)]
     if len(members) > SLICED_ABOVE:
-        result = yield from _leave_in_chunks(ctx, req.group_id, members)
+        result = yield from _leave_in_chunks(ctx, req.group_id, members, written)
     else:
-        result = ctx.coordinator.leave_group(req.group_id, members, topics_image(ctx))
+        result = _leave(ctx, req.group_id, members, written)
     if request.api_version < 3:
         error = (
             result.members[0].error
             if result.members and result.error == ErrorCode.none
             else result.error
         )
-        return build(cls, throttle_time=ZERO, error_code=error)
+        return _when_written(written, build(cls, throttle_time=ZERO, error_code=error))
     member_cls = sibling(cls, "MemberResponse")
     answers = []
     for m in result.members:
         answers.append(build_from(member_cls, m, error_code=m.error))
         yield
-    return build(cls, throttle_time=ZERO, error_code=result.error, members=tuple(answers))
+    response = build(cls, throttle_time=ZERO, error_code=result.error, members=tuple(answers))
+    return _when_written(written, response)
 
 
-def _leave_in_chunks(ctx: GroupsContext, group_id: str, members: list[LeaveMember]) -> Work:
+def _leave(
+    ctx: GroupsContext, group_id: str, members: list[LeaveMember], written: list[Any]
+) -> LeaveResult:
+    result = ctx.coordinator.leave_group_result(group_id, members, topics_image(ctx))
+    if result.records:
+        written.append(ctx.write_offsets(result.records, None))
+    return result.response
+
+
+def _when_written(written: list[Any], response: Any) -> Any:
+    """`response`, once the records of `written` (appended in order) are durable."""
+    if not written:
+        return response
+
+    async def answer() -> Any:
+        for w in written:
+            await answer_when_written(w, None)
+        return response
+
+    return answer()
+
+
+def _leave_in_chunks(
+    ctx: GroupsContext, group_id: str, members: list[LeaveMember], written: list[Any]
+) -> Work:
     """The members leave in their order, SLICED_ABOVE at a time, each chunk one step; a
     group-level error (the group gone meanwhile) answers for the whole request."""
     left: list[Any] = []
     for start in range(0, len(members), SLICED_ABOVE):
-        result = ctx.coordinator.leave_group(
-            group_id, members[start : start + SLICED_ABOVE], topics_image(ctx)
-        )
+        result = _leave(ctx, group_id, members[start : start + SLICED_ABOVE], written)
         if result.error != ErrorCode.none:
             return result
         left.extend(result.members)
