@@ -388,6 +388,13 @@ def test_a_classic_join_with_a_malformed_subscription_gets_kafkas_error() -> Non
     assert j.error == E.unknown_server_error
     assert cluster.log == before
     assert list(cluster.consumer_members()) == ["c0"]
+    reply = Reply()
+    cluster.coord.join_group(
+        JoinGroupRequest("g", "", "consumer", [("range", subscription(["t"], {}))], 1_000),
+        reply,
+        cluster.topics,
+    )
+    assert reply.result.error == E.invalid_session_timeout  # below group.min.session.timeout.ms
     j = k.join([("range", subscription(["t"], {}))]).result
     assert j.error == E.none
     other = k.join([("other", subscription(["t"], {}))]).result

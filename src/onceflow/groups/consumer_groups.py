@@ -766,6 +766,14 @@ class ConsumerGroups:
         try:
             if self._ctx.loading:
                 raise HeartbeatError(ErrorCode.coordinator_load_in_progress, "loading")
+            cfg = self._ctx.config
+            if not (
+                cfg.group_min_session_timeout_ms
+                <= req.session_timeout_ms
+                <= cfg.group_max_session_timeout_ms
+            ):
+                # Kafka's GroupCoordinatorService checks it for every JoinGroup.
+                raise HeartbeatError(ErrorCode.invalid_session_timeout, "session timeout")
             if req.member_id not in group.members and len(group.members) >= self._max_size(None):
                 raise HeartbeatError(
                     ErrorCode.group_max_size_reached,
