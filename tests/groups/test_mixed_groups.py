@@ -634,3 +634,30 @@ def test_a_restarted_static_classic_member_takes_its_old_place_without_a_rebalan
     assert k.join().result.error == E.fenced_instance_id
     loaded = cluster.restarted()
     assert loaded.consumer_members() == members
+
+
+def test_a_classic_group_in_its_first_rebalance_is_upgraded_too() -> None:
+    cluster = Cluster(group_initial_rebalance_delay_ms=3_000)
+    cluster.topics.create("t", 2)
+    k = Client(cluster, "k0", classic=True)
+    waiting = k.join()
+    assert not waiting.done  # the initial delay: no generation, no protocol chosen yet
+    c = Client(cluster, "c0", classic=False)
+    assert c.heartbeat().error == E.none
+    assert waiting.result.error == E.rebalance_in_progress
+    assert cluster.group_type() == "consumer"
+    k.must_join = True
+    settle(cluster, [k, c])
+    assert k.owned and c.owned
+
+
+def test_a_classic_member_that_heartbeats_with_the_consumer_protocol_becomes_a_consumer_one() -> (
+    None
+):
+    cluster = Cluster()
+    k0, _ = mixed_group(cluster)[0]
+    assert cluster.consumer_members()[k0.member_id].uses_classic_protocol
+    switched = Client(cluster, k0.name, classic=False, member_id=k0.member_id)
+    assert switched.heartbeat().error == E.none
+    assert not cluster.consumer_members()[k0.member_id].uses_classic_protocol
+    assert cluster.restarted().consumer_members() == cluster.consumer_members()

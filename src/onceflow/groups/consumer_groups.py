@@ -262,11 +262,16 @@ class ConsumerGroups:
         gid = classic.group_id
         generation = classic.generation_id
         group = ConsumerGroup(gid, group_epoch=generation, assignment_epoch=generation)
+        protocol = classic.protocol_name
+        if protocol is None:
+            # A new group in its first rebalance has chosen no protocol yet: the one it would.
+            try:
+                protocol = classic.select_protocol()
+            except ValueError:
+                protocol = None
         try:
             for cm in classic.members.values():
-                subscription = consumer_protocol.decode_subscription(
-                    cm.metadata(classic.protocol_name)
-                )
+                subscription = consumer_protocol.decode_subscription(cm.metadata(protocol))
                 assigned = _topic_ids(consumer_protocol.decode_assignment(cm.assignment), topics)
                 member = ConsumerGroupMember(
                     cm.member_id,
@@ -352,6 +357,8 @@ class ConsumerGroups:
             ),
             client_id=req.client_id,
             client_host=req.client_host,
+            # A member heartbeating with the consumer protocol no longer uses the classic one.
+            classic=None,
         )
         reconciled = self._update_and_reconcile(
             group,
