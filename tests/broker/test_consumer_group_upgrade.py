@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.cli.consumer_group_admin import describe_consumer_group
 from onceflow.tools.clients import Cluster
+from tests.cli.harness import invoke
 from tests.confluent import QUIET, create_topic
 from tests.waiting import wait_for
 
@@ -163,6 +164,13 @@ def test_a_rolling_upgrade_from_classic_to_consumer_while_consuming(
             )
             assert rolling.group_type() == "consumer"
             # The members not restarted yet are classic members of the consumer group.
+            if i == 0:  # `onceflow groups describe` shows which members are classic
+                described = invoke("groups", "describe", group, "-b", broker.bootstrap)
+                assert described.exit_code == 0, described.stderr
+                upgraded = sorted(
+                    row[2] for row in described.table_rows() if row[0] != group and len(row) > 2
+                )
+                assert upgraded == ["false", "false", "true"], described.stdout
             info = describe_consumer_group(Cluster(broker.bootstrap), group)
             assert info is not None
             kinds = {m.client_id: m.upgraded for m in info.members}

@@ -155,24 +155,24 @@ def _print_consumer_members(info: ConsumerGroupInfo) -> None:
     table = result_table(
         "CONSUMER-ID",
         "MEMBER-EPOCH",
+        # Kafka's kafka-consumer-groups --members --verbose column: false for a classic member.
+        "UPGRADED",
         "INSTANCE-ID",
         "CLIENT-ID",
         "HOST",
         "ASSIGNMENT",
         "TARGET",
-        # Kafka's kafka-consumer-groups --members --verbose column: false for a classic member.
-        "UPGRADED",
     )
     for m in info.members:
         table.add_row(
             m.member_id,
             str(m.member_epoch),
+            _dash(None if m.upgraded is None else str(m.upgraded).lower()),
             m.instance_id or "-",
             m.client_id,
             m.client_host,
             _partitions_text(m.assignment),
             _partitions_text(m.target_assignment),
-            _dash(None if m.upgraded is None else str(m.upgraded).lower()),
         )
     stdout_console().print(table)
 
