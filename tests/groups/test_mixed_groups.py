@@ -30,6 +30,7 @@ from onceflow.groups.coordinator import (
     LeaveMember,
     SyncGroupRequest,
 )
+from onceflow.groups.offsets import OffsetAndMetadata
 from tests.groups.harness import Reply
 from tests.groups.test_consumer_groups import FakeTopics
 
@@ -375,6 +376,18 @@ def test_classic_members_join_sync_and_heartbeat_in_a_consumer_group() -> None:
     assert cluster.coord.heartbeat("g", k.member_id, k.epoch + 1) == E.illegal_generation
     assert cluster.coord.heartbeat("g", "nobody", k.epoch) == E.unknown_member_id
     assert cluster.coord.heartbeat("g", c.member_id, c.epoch) == E.unknown_member_id
+    # A classic member commits with its generation (= its member epoch), any version.
+    offsets = {("t", p): OffsetAndMetadata(offset=1) for p in k.owned["t"]}
+
+    def commit(generation: int) -> set[E]:
+        result = cluster.coord.commit_offsets(
+            "g", generation, k.member_id, None, offsets, api_version=2
+        )
+        cluster.write(result.records)
+        return set(result.response.values())
+
+    assert commit(k.epoch) == {E.none}
+    assert commit(k.epoch - 1) == {E.illegal_generation}
 
 
 def test_a_classic_join_with_a_malformed_subscription_gets_kafkas_error() -> None:
