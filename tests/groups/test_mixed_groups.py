@@ -674,3 +674,27 @@ def test_a_classic_member_that_heartbeats_with_the_consumer_protocol_becomes_a_c
     assert switched.heartbeat().error == E.none
     assert not cluster.consumer_members()[k0.member_id].uses_classic_protocol
     assert cluster.restarted().consumer_members() == cluster.consumer_members()
+
+
+def test_a_heartbeat_refused_after_the_conversion_leaves_the_classic_group_as_it_was() -> None:
+    # Two classic members may be converted (not above group.consumer.max.size = 2), but the
+    # third member is then refused: the conversion is dropped with the heartbeat, as Kafka's
+    # records are.
+    cluster = Cluster(group_consumer_max_size=2)
+    k0, k1 = classic_group(cluster, 2)
+    before = list(cluster.log)
+    r = Client(cluster, "c0", classic=False).heartbeat()
+    assert r.error == E.group_max_size_reached
+    assert cluster.log == before
+    assert cluster.group_type() == "classic"
+    assert set(cluster.coord.group("g").members) == {k0.member_id, k1.member_id}
+    assert k0.classic_heartbeat() == E.none
+    # Another request applying records later does not drop the classic group either.
+    other = Client(cluster, "c1", classic=False)
+    other.cluster.coord.consumer_group_heartbeat(
+        HeartbeatRequest(
+            "h", "c1", 0, subscribed_topic_names=("t",), rebalance_timeout_ms=1, owned={}
+        ),
+        cluster.topics,
+    )
+    assert cluster.group_type() == "classic"

@@ -144,14 +144,12 @@ class ConsumerGroups:
             else:
                 result = self._heartbeat(request, records, topics)  # applies its records
         except cr.ConsumerGroupRecordError as e:
-            self._upgrades.clear()
             # A name too long for the records' int16 strings (the request's compact strings
             # allow more): nothing was applied. Kafka's runtime answers a failed write so.
             return CoordinatorResult(
                 [], HeartbeatResult(ErrorCode.unknown_server_error, f"cannot write: {e}")
             )
         except HeartbeatError as e:
-            self._upgrades.clear()  # a conversion it started is not applied
             log.info(
                 "[GroupId %s] heartbeat of member %s at epoch %d: %s (%s)",
                 request.group_id,
@@ -161,6 +159,10 @@ class ConsumerGroups:
                 e,
             )
             return CoordinatorResult([], HeartbeatResult(e.error, str(e)))
+        finally:
+            # A conversion this heartbeat started and did not apply (it failed) never happens.
+            self._upgrades.clear()
+            self._downgrades.clear()
         return CoordinatorResult(records, result)
 
     def _validate(self, req: HeartbeatRequest) -> None:
