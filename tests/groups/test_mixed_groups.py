@@ -698,3 +698,24 @@ def test_a_heartbeat_refused_after_the_conversion_leaves_the_classic_group_as_it
         cluster.topics,
     )
     assert cluster.group_type() == "classic"
+
+
+def test_the_last_consumer_member_back_as_a_static_classic_one_downgrades_the_group() -> None:
+    cluster = Cluster()
+    classic = classic_group(cluster, 2)
+    s = Client(cluster, "s0", classic=False)
+    assert s.heartbeat(instance_id="s").error == E.none
+    settle(cluster, [*classic, s])
+    held = dict(cluster.consumer_members()["s0"].assigned)
+    # s restarts with group.protocol=classic and the same group.instance.id.
+    back = Client(cluster, "s0", classic=True, instance="s", owned=dict(s.owned))
+    joined = back.join().result
+    assert joined.error == E.none and joined.member_id != "s0"
+    assert cluster.group_type() == "classic"
+    group = cluster.coord.group("g")
+    assert group.state.value == "Stable"  # no rebalance: it took s0's place
+    assert set(group.members) == {k.member_id for k in classic} | {joined.member_id}
+    t = cluster.topics.get("t").topic_id
+    mine = consumer_protocol.decode_assignment(group.members[joined.member_id].assignment)
+    assert mine == {"t": held[t]}
+    assert cluster.restarted().coord.group("g").members.keys() == group.members.keys()

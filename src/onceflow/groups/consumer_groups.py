@@ -111,7 +111,7 @@ class ConsumerGroups:
         # Conversions whose records were just applied: the classic group to drop (upgrade),
         # the classic group to install (downgrade).
         self._upgrades: list[str] = []
-        self._downgrades: list[ClassicGroup] = []
+        self._downgrades: list[tuple[ClassicGroup, bool]] = []
         self._new_member_id = member_id
         self._groups: dict[str, ConsumerGroup] = {}
         # Records applied when produced, whose replay by the runtime is still to come.
@@ -702,16 +702,32 @@ class ConsumerGroups:
                 "Cannot downgrade consumer group %s: larger than group.max.size.", group.group_id
             )
             return False
-        return True
+        return _common_protocol(others)
+
+    def _can_downgrade_after_join(self, group: ConsumerGroup) -> bool:
+        """Kafka's validateOnlineDowngradeWithReplacedMemberId, once the joining classic
+        member has replaced the (last) consumer-protocol one."""
+        members = list(group.members.values())
+        return (
+            all(m.uses_classic_protocol for m in members)
+            and self._ctx.config.migration_policy.downgrade_enabled
+            and len(members) <= self._ctx.config.group_max_size
+            and _common_protocol(members)
+        )
 
     def _convert_to_classic_group(
-        self, group: ConsumerGroup, leaving: str, topics: TopicsImage
+        self,
+        group: ConsumerGroup,
+        leaving: str | None,
+        topics: TopicsImage,
+        *,
+        rebalance: bool = True,
     ) -> list[Record]:
         """Kafka's convertToClassicGroup and ClassicGroup.fromConsumerGroup: the consumer
         group's tombstones and the classic group's record, in one append; the classic group,
         Stable at generation = the group epoch with each member's target assignment, replaces
         the consumer group when the records are applied, and rebalances so the members
-        rejoin."""
+        rejoin (not when a joining static member triggered it, as in Kafka)."""
         gid = group.group_id
         now = self._ctx.clock()
         classic = ClassicGroup(
@@ -753,7 +769,7 @@ class ConsumerGroups:
             records.extend(_remove_member_records(gid, mid))
         records.extend(self.group_tombstones(group))
         records.append(group_metadata_record(classic, assignment))
-        self._downgrades.append(classic)
+        self._downgrades.append((classic, rebalance))
         log.info("[GroupId %s] downgrading the consumer group to a classic group.", gid)
         return records
 
@@ -852,7 +868,19 @@ class ConsumerGroups:
             )
             respond(JoinResult(e.error, member_id=req.member_id))
             return
+        replaced_consumer = replaced is not None and group.members[replaced].classic is None
         self._apply(records)
+        live_group = self._groups.get(req.group_id)
+        if (
+            replaced_consumer
+            and live_group is not None
+            and self._can_downgrade_after_join(live_group)
+        ):
+            # Kafka's validateOnlineDowngradeWithReplacedMemberId: the last consumer-protocol
+            # member came back as a classic one; the group becomes classic, no rebalance.
+            conversion = self._convert_to_classic_group(live_group, None, topics, rebalance=False)
+            self._apply(conversion)
+            records.extend(conversion)
         result = JoinResult(
             ErrorCode.none,
             member_id=member_id,
@@ -882,7 +910,8 @@ class ConsumerGroups:
         """The joining classic member as it is now (new, or as it was: a classic member keeps
         its epoch and assignment across its JoinGroups), and the member id it replaces: a
         static member restarted (unknown member id, known instance id) takes its old place,
-        epoch and assignment, as in Kafka, without a rebalance."""
+        epoch and assignment, as in Kafka, without a rebalance, whichever protocol the old
+        one used."""
         if req.group_instance_id is not None:
             existing = group.static_member(req.group_instance_id)
             if existing is not None and existing.member_id != member_id:
@@ -891,11 +920,6 @@ class ConsumerGroups:
                         ErrorCode.fenced_instance_id,
                         f"Static member {member_id} with instance id {req.group_instance_id} "
                         f"is fenced by member {existing.member_id}.",
-                    )
-                if existing.classic is None:
-                    raise HeartbeatError(
-                        ErrorCode.unknown_member_id,
-                        f"Member {existing.member_id} does not use the classic protocol.",
                     )
                 return replace(existing, member_id=member_id), existing.member_id
         member = group.members.get(member_id)
@@ -1244,7 +1268,8 @@ class ConsumerGroups:
                 for mid, m in group.members.items():
                     group.session_deadlines.setdefault(mid, now + m.session_timeout_ms(session))
         while self._downgrades:
-            self._membership.adopt_downgraded_group(self._downgrades.pop(0))
+            classic, rebalance = self._downgrades.pop(0)
+            self._membership.adopt_downgraded_group(classic, rebalance=rebalance)
 
     def replay(self, key: bytes, value: bytes | None) -> None:
         """Apply one consumer group record read from the log (or written by the runtime: those
@@ -1439,6 +1464,12 @@ def _member_metadata_record(group_id: str, m: ConsumerGroupMember) -> Record:
 def _group_epoch_record(group_id: str, epoch: int, metadata_hash: int) -> Record:
     key = cr.ConsumerGroupKey(cr.CONSUMER_GROUP_METADATA, group_id)
     return cr.encode_key(key), cr.encode_group_metadata(cr.GroupMetadataValue(epoch, metadata_hash))
+
+
+def _common_protocol(members: list[ConsumerGroupMember]) -> bool:
+    """The classic members share a protocol (the classic group needs one to select)."""
+    names = [{n for n, _ in m.classic.supported_protocols} for m in members if m.classic]
+    return bool(names) and bool(set.intersection(*names))
 
 
 def _target_epoch_record(group_id: str, epoch: int) -> Record:

@@ -183,14 +183,16 @@ class Membership:
         group.pending_join_members.clear()
 
     @answers
-    def adopt_downgraded_group(self, group: ClassicGroup) -> None:
+    def adopt_downgraded_group(self, group: ClassicGroup, *, rebalance: bool = True) -> None:
         """A consumer group downgraded to this classic group (its record is written with the
         consumer group's tombstones): the members' sessions start now and it rebalances, so
-        that they rejoin it, as Kafka's convertToClassicGroup."""
+        that they rejoin it, as Kafka's convertToClassicGroup (not when a static member
+        rejoining as a classic one triggered it)."""
         self._groups[group.group_id] = group
         for member in group.members.values():
             self.schedule_heartbeat(member)
-        self._prepare_rebalance(group)
+        if rebalance:
+            self._prepare_rebalance(group)
 
     @answers
     def on_loaded(self) -> None:
