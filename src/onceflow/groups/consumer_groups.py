@@ -47,7 +47,7 @@ from onceflow.groups.consumer_messages import (
     TopicsImage,
 )
 from onceflow.groups.context import GroupContext
-from onceflow.groups.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
+from onceflow.groups.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
 from onceflow.groups.group_metadata_record import group_metadata_record
 from onceflow.groups.membership import (
     Membership,
@@ -63,6 +63,13 @@ from onceflow.groups.messages import (
     LeaveResult,
     SyncGroupRequest,
     SyncResult,
+)
+from onceflow.groups.migration import (
+    classic_group_from_consumer,
+    common_protocol,
+    consumer_group_from_classic,
+    topic_ids,
+    topic_names,
 )
 from onceflow.groups.offsets_record import GroupMetadataKey, decode_key, encode_group_metadata_key
 from onceflow.groups.reconciliation import FencedMemberEpochError, reconcile
@@ -262,37 +269,8 @@ class ConsumerGroups:
         records are applied (with the heartbeat that triggered it, so a failed heartbeat
         leaves the classic group as it was)."""
         gid = classic.group_id
-        generation = classic.generation_id
-        group = ConsumerGroup(gid, group_epoch=generation, assignment_epoch=generation)
-        protocol = classic.protocol_name
-        if protocol is None:
-            # A new group in its first rebalance has chosen no protocol yet: the one it would.
-            try:
-                protocol = classic.select_protocol()
-            except ValueError:
-                protocol = None
         try:
-            for cm in classic.members.values():
-                subscription = consumer_protocol.decode_subscription(cm.metadata(protocol))
-                assigned = _topic_ids(consumer_protocol.decode_assignment(cm.assignment), topics)
-                member = ConsumerGroupMember(
-                    cm.member_id,
-                    member_epoch=generation,
-                    previous_member_epoch=generation,
-                    state=MemberState.STABLE,
-                    instance_id=cm.group_instance_id,
-                    rack_id=subscription.rack_id,
-                    client_id=cm.client_id,
-                    client_host=cm.client_host,
-                    subscribed_topic_names=subscription.topics,
-                    rebalance_timeout_ms=cm.rebalance_timeout_ms,
-                    assigned=assigned,
-                    classic=cr.ClassicMemberMetadata(
-                        cm.session_timeout_ms, tuple((n, bytes(m)) for n, m in cm.protocols)
-                    ),
-                )
-                group.put_member(member)
-                group.target_assignment[member.member_id] = assigned
+            group = consumer_group_from_classic(classic, topics)
         except consumer_protocol.ConsumerProtocolError as e:
             log.warning(
                 "Cannot upgrade the classic group %s: the embedded consumer protocol is "
@@ -702,7 +680,7 @@ class ConsumerGroups:
                 "Cannot downgrade consumer group %s: larger than group.max.size.", group.group_id
             )
             return False
-        return _common_protocol(others)
+        return common_protocol(others)
 
     def _can_downgrade_after_join(self, group: ConsumerGroup) -> bool:
         """Kafka's validateOnlineDowngradeWithReplacedMemberId, once the joining classic
@@ -712,7 +690,7 @@ class ConsumerGroups:
             all(m.uses_classic_protocol for m in members)
             and self._ctx.config.migration_policy.downgrade_enabled
             and len(members) <= self._ctx.config.group_max_size
-            and _common_protocol(members)
+            and common_protocol(members)
         )
 
     def _convert_to_classic_group(
@@ -729,41 +707,7 @@ class ConsumerGroups:
         the consumer group when the records are applied, and rebalances so the members
         rejoin (not when a joining static member triggered it, as in Kafka)."""
         gid = group.group_id
-        now = self._ctx.clock()
-        classic = ClassicGroup(
-            gid,
-            created_ms=now,
-            state=GroupState.STABLE,
-            generation_id=group.group_epoch,
-            protocol_type=CONSUMER_PROTOCOL_TYPE,
-        )
-        for mid, m in group.members.items():
-            if mid == leaving or m.classic is None:
-                continue
-            classic.add(
-                Member(
-                    member_id=mid,
-                    group_instance_id=m.instance_id,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    rebalance_timeout_ms=m.rebalance_timeout_ms,
-                    session_timeout_ms=m.classic.session_timeout_ms,
-                    protocol_type=CONSUMER_PROTOCOL_TYPE,
-                    protocols=list(m.classic.supported_protocols),
-                )
-            )
-        classic.protocol_type = CONSUMER_PROTOCOL_TYPE
-        classic.protocol_name = classic.select_protocol()
-        assignment = {}
-        for cm in classic.members.values():
-            metadata = cm.metadata(classic.protocol_name)
-            try:
-                at_version = consumer_protocol.version(metadata)
-            except consumer_protocol.ConsumerProtocolError:
-                at_version = 0
-            target = _topic_names(group.target_assignment.get(cm.member_id, {}), topics)
-            cm.assignment = consumer_protocol.encode_assignment(target, at_version)
-            assignment[cm.member_id] = cm.assignment
+        classic, assignment = classic_group_from_consumer(group, leaving, topics, self._ctx.clock())
         records: list[Record] = []
         for mid in group.members:
             records.extend(_remove_member_records(gid, mid))
@@ -847,7 +791,7 @@ class ConsumerGroups:
                     req.session_timeout_ms, tuple((n, bytes(m)) for n, m in req.protocols)
                 ),
             )
-            owned = _topic_ids(subscription.owned_partitions, topics)
+            owned = topic_ids(subscription.owned_partitions, topics)
             now = self._ctx.clock()
             reconciled = self._update_and_reconcile(
                 group, member, updated, replaced, owned, records, topics, now, requested_regex=None
@@ -1004,7 +948,7 @@ class ConsumerGroups:
         except consumer_protocol.ConsumerProtocolError:
             at_version = 0
         assignment = consumer_protocol.encode_assignment(
-            _topic_names(member.assigned, topics), at_version
+            topic_names(member.assigned, topics), at_version
         )
         return SyncResult(ErrorCode.none, req.protocol_type, req.protocol_name, assignment)
 
@@ -1466,34 +1410,9 @@ def _group_epoch_record(group_id: str, epoch: int, metadata_hash: int) -> Record
     return cr.encode_key(key), cr.encode_group_metadata(cr.GroupMetadataValue(epoch, metadata_hash))
 
 
-def _common_protocol(members: list[ConsumerGroupMember]) -> bool:
-    """The classic members share a protocol (the classic group needs one to select)."""
-    names = [{n for n, _ in m.classic.supported_protocols} for m in members if m.classic]
-    return bool(names) and bool(set.intersection(*names))
-
-
 def _target_epoch_record(group_id: str, epoch: int) -> Record:
     key = cr.ConsumerGroupKey(cr.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, group_id)
     return cr.encode_key(key), cr.encode_target_assignment_metadata(epoch)
-
-
-def _topic_ids(by_name: dict[str, frozenset[int]], topics: TopicsImage) -> Assignment:
-    """Partitions by topic id; topics that do not exist (any more) are left out, as Kafka."""
-    out: dict[uuid.UUID, frozenset[int]] = {}
-    for name, partitions in by_name.items():
-        topic = topics.get(name)
-        if topic is not None and partitions:
-            out[topic.topic_id] = out.get(topic.topic_id, frozenset()) | partitions
-    return out
-
-
-def _topic_names(by_id: Assignment, topics: TopicsImage) -> dict[str, frozenset[int]]:
-    out: dict[str, frozenset[int]] = {}
-    for topic_id, partitions in by_id.items():
-        topic = topics.by_id(topic_id)
-        if topic is not None and partitions:
-            out[topic.name] = frozenset(partitions)
-    return out
 
 
 def _target_member_record(group_id: str, member_id: str, target: Assignment) -> Record:
