@@ -28,12 +28,19 @@ class VerifiableConsumer:
     """kafka-verifiable-consumer as a child process, its JSON events collected as they come."""
 
     def __init__(
-        self, distribution: Distribution, bootstrap: str, topic: str, group: str, tmp: Path
+        self,
+        distribution: Distribution,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        tmp: Path,
+        *extra: str,
+        group_protocol: str = "consumer",
     ) -> None:
         command = distribution.command(
             VERIFIABLE_CONSUMER,
             "--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
-            "--reset-policy", "earliest", "--group-protocol", "consumer",
+            "--reset-policy", "earliest", "--group-protocol", group_protocol, *extra,
             options=(f"-Dlog4j2.configurationFile={write_log4j2(tmp)}",),
         )  # fmt: skip
         self.events: list[dict[str, Any]] = []

@@ -70,3 +70,11 @@ def test_cleaner_settings_are_read_from_kafka_names():
 def test_cleaner_settings_outside_kafkas_ranges_are_refused(settings, message):
     with pytest.raises(ConfigError, match=message):
         BrokerConfig().with_settings(settings)
+
+
+def test_group_consumer_migration_policy_is_kafkas_setting():
+    assert BrokerConfig().kafka_settings()["group.consumer.migration.policy"] == "bidirectional"
+    config = BrokerConfig().with_settings({"group.consumer.migration.policy": "Upgrade"})
+    assert config.group_consumer_migration_policy == "Upgrade"
+    with pytest.raises(ConfigError, match="String must be one of \\(case insensitive\\)"):
+        BrokerConfig().with_settings({"group.consumer.migration.policy": "sideways"})

@@ -252,12 +252,18 @@ def test_an_empty_classic_group_is_upgraded_and_keeps_its_offsets() -> None:
     assert c.coord.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 9
     listing = {(g.group_id, g.group_type, g.state) for g in c.coord.list_groups()}
     assert listing == {("g", "consumer", "Stable")}
-    # A classic member cannot join while consumers are in it.
+    # While consumers are in it, a classic member joins it as Kafka's mixed groups do
+    # (tests/groups/test_mixed_groups.py), but not with another protocol type, nor with an
+    # unreadable subscription (Kafka's errors).
     from onceflow.groups.coordinator import JoinGroupRequest
 
     reply = Reply()
-    c.coord.join_group(JoinGroupRequest("g", "", "consumer", [("range", b"")], 10_000), reply)
+    c.coord.join_group(JoinGroupRequest("g", "", "connect", [("range", b"")], 10_000), reply)
     assert reply.result.error == E.inconsistent_group_protocol
+    reply = Reply()
+    c.coord.join_group(JoinGroupRequest("g", "", "consumer", [("range", b"")], 10_000), reply)
+    assert reply.result.error == E.unknown_server_error
+    assert list(c.coord.consumer_groups.group("g").members) == ["m1"]
     # Once it is empty, a classic JoinGroup turns it back into a classic group.
     c.heartbeat("m1", -1)
     reply = Reply()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from onceflow.groups.config import ConsumerGroupMigrationPolicy
 from onceflow.log.config import parse_cleanup_policy
 from onceflow.log.errors import LogConfigError
 from onceflow.metrics.listen import MetricsListenError, parse_listen
@@ -75,6 +76,9 @@ class BrokerConfig:
         "group.consumer.heartbeat.interval.ms", 5_000
     )
     group_consumer_max_size: int = _kafka("group.consumer.max.size", 2_147_483_647)
+    group_consumer_migration_policy: str = _kafka(
+        "group.consumer.migration.policy", "bidirectional"
+    )
     offsets_retention_minutes: int = _kafka("offsets.retention.minutes", 7 * 24 * 60)
     # The internal logs' segment.bytes (they are compacted: only rolled segments are cleaned).
     # A start replays the offsets log's active segment at about 50,000 records/s, so onceflow's
@@ -151,6 +155,10 @@ class BrokerConfig:
             raise ConfigError("setting 'connection.failed.authentication.delay.ms' is negative")
         self.authorizer_enabled()
         self.metrics_address()
+        try:
+            ConsumerGroupMigrationPolicy.parse(self.group_consumer_migration_policy)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if self.transaction_version not in (0, 1, 2):
             raise ConfigError(
                 f"setting 'transaction.version': {self.transaction_version} is not 0, 1 or 2"

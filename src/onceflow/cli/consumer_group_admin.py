@@ -24,6 +24,9 @@ class ConsumerMember:
     client_host: str
     assignment: dict[str, list[int]]
     target_assignment: dict[str, list[int]]
+    # Kafka's MemberDescription.upgraded(): True for the consumer protocol, False for a classic
+    # member of a consumer group (ConsumerGroupDescribe v1+ MemberType), None if not reported.
+    upgraded: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,11 @@ def _assignment(assignment: object) -> dict[str, list[int]]:
     return {
         tp.topic_name: sorted(tp.partitions) for tp in getattr(assignment, "topic_partitions", ())
     }
+
+
+def _upgraded(member_type: int) -> bool | None:
+    """MemberType: 0 classic, 1 consumer, -1 unknown (Kafka's MemberDescription.upgraded)."""
+    return {0: False, 1: True}.get(member_type)
 
 
 def describe_consumer_group(cluster: Cluster, group: str) -> ConsumerGroupInfo | None:
@@ -66,6 +74,7 @@ def describe_consumer_group(cluster: Cluster, group: str) -> ConsumerGroupInfo |
             client_host=m.client_host,
             assignment=_assignment(m.assignment),
             target_assignment=_assignment(m.target_assignment),
+            upgraded=_upgraded(getattr(m, "member_type", -1)),
         )
         for m in described.members
     )

@@ -153,12 +153,21 @@ def describe_group(
 
 def _print_consumer_members(info: ConsumerGroupInfo) -> None:
     table = result_table(
-        "CONSUMER-ID", "MEMBER-EPOCH", "INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT", "TARGET"
+        "CONSUMER-ID",
+        "MEMBER-EPOCH",
+        # Kafka's kafka-consumer-groups --members --verbose column: false for a classic member.
+        "UPGRADED",
+        "INSTANCE-ID",
+        "CLIENT-ID",
+        "HOST",
+        "ASSIGNMENT",
+        "TARGET",
     )
     for m in info.members:
         table.add_row(
             m.member_id,
             str(m.member_epoch),
+            _dash(None if m.upgraded is None else str(m.upgraded).lower()),
             m.instance_id or "-",
             m.client_id,
             m.client_host,

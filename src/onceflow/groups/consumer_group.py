@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from onceflow.groups.consumer_records import ClassicMemberMetadata
+
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 
 # A member epoch of -2 in a current-assignment record: a static member that left and may come
@@ -57,6 +59,18 @@ class ConsumerGroupMember:
     server_assignor: str | None = None
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # Set for a member that uses the classic protocol (JoinGroup/SyncGroup/Heartbeat).
+    classic: ClassicMemberMetadata | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
+
+    def session_timeout_ms(self, consumer_session_timeout_ms: int) -> int:
+        """A classic member's own session timeout; the group's for a consumer member."""
+        if self.classic is None:
+            return consumer_session_timeout_ms
+        return self.classic.session_timeout_ms
 
     def is_reconciled_to(self, assignment_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == assignment_epoch
@@ -75,7 +89,14 @@ class ConsumerGroupMember:
             self.client_id,
             self.client_host,
             self.rebalance_timeout_ms,
-        ) == (other.instance_id, other.client_id, other.client_host, other.rebalance_timeout_ms)
+            self.classic,
+        ) == (
+            other.instance_id,
+            other.client_id,
+            other.client_host,
+            other.rebalance_timeout_ms,
+            other.classic,
+        )
 
 
 @dataclass
@@ -96,6 +117,10 @@ class ConsumerGroup:
     # In memory only: when each member's session and its revocation (rebalance timeout) end.
     session_deadlines: dict[str, int] = field(default_factory=dict)
     rebalance_deadlines: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Classic members only: they must rejoin (after REBALANCE_IN_PROGRESS) and sync (after
+    # their JoinGroup) within their rebalance timeout, or they are fenced, as in Kafka.
+    join_deadlines: dict[str, int] = field(default_factory=dict)
+    sync_deadlines: dict[str, int] = field(default_factory=dict)
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -109,6 +134,32 @@ class ConsumerGroup:
 
     def is_empty(self) -> bool:
         return not self.members
+
+    def num_classic_members(self) -> int:
+        return sum(1 for m in self.members.values() if m.uses_classic_protocol)
+
+    def supports_classic_protocols(self, protocol_type: str, names: set[str]) -> bool:
+        """Kafka's supportsClassicProtocols: the joining member's protocol type is "consumer"
+        and one of its protocols is supported by every classic member already in."""
+        if protocol_type != "consumer":
+            return False
+        classic = [m.classic for m in self.members.values() if m.classic is not None]
+        if not self.members:
+            return bool(names)
+        return any(
+            all(name in {n for n, _ in c.supported_protocols} for c in classic) for name in names
+        )
+
+    def waiting_on_unreleased_partition(self, member: ConsumerGroupMember) -> bool:
+        """The member waits for a partition of its target that another member still holds."""
+        if member.state is not MemberState.UNRELEASED_PARTITIONS:
+            return False
+        for topic_id, partitions in self.target_assignment.get(member.member_id, {}).items():
+            held = member.assigned.get(topic_id, frozenset())
+            for p in partitions:
+                if p not in held and self.current_partition_epoch(topic_id, p) != -1:
+                    return True
+        return False
 
     def current_partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
         return self.partition_epochs.get((topic_id, partition), -1)
@@ -139,6 +190,8 @@ class ConsumerGroup:
             del self.static_members[old.instance_id]
         self.session_deadlines.pop(member_id, None)
         self.rebalance_deadlines.pop(member_id, None)
+        self.join_deadlines.pop(member_id, None)
+        self.sync_deadlines.pop(member_id, None)
 
     def _hold(self, member: ConsumerGroupMember) -> None:
         for assignment in (member.assigned, member.pending_revocation):

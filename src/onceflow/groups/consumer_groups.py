@@ -19,13 +19,14 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import regex
 from kio.schema.errors import ErrorCode
 
 from onceflow.coordinator.result import CoordinatorResult, Record
+from onceflow.groups import consumer_protocol
 from onceflow.groups import consumer_records as cr
 from onceflow.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, AssignmentMember
 from onceflow.groups.consumer_group import (
@@ -46,8 +47,30 @@ from onceflow.groups.consumer_messages import (
     TopicsImage,
 )
 from onceflow.groups.context import GroupContext
-from onceflow.groups.group import GroupState
-from onceflow.groups.membership import Membership
+from onceflow.groups.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
+from onceflow.groups.group_metadata_record import group_metadata_record
+from onceflow.groups.membership import (
+    Membership,
+    WriteRecords,
+    append_error_to_response_error,
+    written_at_once,
+)
+from onceflow.groups.messages import (
+    JoinGroupRequest,
+    JoinResult,
+    LeaveMember,
+    LeaveMemberResult,
+    LeaveResult,
+    SyncGroupRequest,
+    SyncResult,
+)
+from onceflow.groups.migration import (
+    classic_group_from_consumer,
+    common_protocol,
+    consumer_group_from_classic,
+    topic_ids,
+    topic_names,
+)
 from onceflow.groups.offsets_record import GroupMetadataKey, decode_key, encode_group_metadata_key
 from onceflow.groups.reconciliation import FencedMemberEpochError, reconcile
 
@@ -86,9 +109,16 @@ class ConsumerGroups:
         membership: Membership,
         *,
         member_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        write_records: WriteRecords = written_at_once,
     ) -> None:
         self._ctx = context
         self._membership = membership
+        # Appends the records of a classic member's JoinGroup (answered once durable).
+        self._write_records = write_records
+        # Conversions whose records were just applied: the classic group to drop (upgrade),
+        # the classic group to install (downgrade).
+        self._upgrades: list[str] = []
+        self._downgrades: list[tuple[ClassicGroup, bool]] = []
         self._new_member_id = member_id
         self._groups: dict[str, ConsumerGroup] = {}
         # Records applied when produced, whose replay by the runtime is still to come.
@@ -136,6 +166,10 @@ class ConsumerGroups:
                 e,
             )
             return CoordinatorResult([], HeartbeatResult(e.error, str(e)))
+        finally:
+            # A conversion this heartbeat started and did not apply (it failed) never happens.
+            self._upgrades.clear()
+            self._downgrades.clear()
         return CoordinatorResult(records, result)
 
     def _validate(self, req: HeartbeatRequest) -> None:
@@ -186,31 +220,89 @@ class ConsumerGroups:
                     f"regular expression: {e}.",
                 ) from None
 
-    def _group_for(self, group_id: str, create: bool, records: list[Record]) -> ConsumerGroup:
+    def _group_for(
+        self, group_id: str, create: bool, records: list[Record], topics: TopicsImage
+    ) -> ConsumerGroup:
         group = self._groups.get(group_id)
         if group is not None:
             return group
         classic = self._membership.group(group_id)
         if classic is not None and not classic.is_in(GroupState.DEAD):
-            if not create or not classic.is_in(GroupState.EMPTY):
-                raise HeartbeatError(
-                    ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."
-                )
-            # Kafka's online upgrade of an empty classic group: its tombstone, then the new
-            # group's records; the committed offsets stay.
-            records.append((encode_group_metadata_key(group_id), None))
-        elif not create:
+            if create and classic.is_in(GroupState.EMPTY):
+                # Kafka's online upgrade of an empty classic group: its tombstone, then the new
+                # group's records; the committed offsets stay.
+                records.append((encode_group_metadata_key(group_id), None))
+                return ConsumerGroup(group_id)
+            if create and self._validate_online_upgrade(classic):
+                return self._convert_to_consumer_group(classic, records, topics)
+            raise HeartbeatError(
+                ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."
+            )
+        if not create:
             raise HeartbeatError(
                 ErrorCode.group_id_not_found, f"Consumer group {group_id} not found."
             )
         return ConsumerGroup(group_id)
+
+    # -- online upgrade (a classic group with members) --------------------------------------
+
+    def _validate_online_upgrade(self, classic: ClassicGroup) -> bool:
+        """Kafka's validateOnlineUpgrade."""
+        gid = classic.group_id
+        if not self._ctx.config.migration_policy.upgrade_enabled:
+            log.info("Cannot upgrade classic group %s: the online upgrade is disabled.", gid)
+            return False
+        if not classic.uses_consumer_protocol:
+            log.info("Cannot upgrade classic group %s: it does not use the consumer protocol.", gid)
+            return False
+        if len(classic.members) > self._ctx.config.group_consumer_max_size:
+            log.info("Cannot upgrade classic group %s: larger than group.consumer.max.size.", gid)
+            return False
+        return True
+
+    def _convert_to_consumer_group(
+        self, classic: ClassicGroup, records: list[Record], topics: TopicsImage
+    ) -> ConsumerGroup:
+        """Kafka's convertToConsumerGroup and ConsumerGroup.fromClassicGroup: each member keeps
+        its subscription and last assignment, at member epoch = the generation, Stable. The
+        group is built here and by the records alike; it replaces the classic group when the
+        records are applied (with the heartbeat that triggered it, so a failed heartbeat
+        leaves the classic group as it was)."""
+        gid = classic.group_id
+        try:
+            group = consumer_group_from_classic(classic, topics)
+        except consumer_protocol.ConsumerProtocolError as e:
+            log.warning(
+                "Cannot upgrade the classic group %s: the embedded consumer protocol is "
+                "malformed: %s.",
+                gid,
+                e,
+            )
+            raise HeartbeatError(
+                ErrorCode.group_id_not_found,
+                f"Cannot upgrade the classic group {gid} to consumer group because the "
+                "embedded consumer protocol is malformed.",
+            ) from None
+        group.metadata_hash = _metadata_hash(_subscription_metadata(group.members, {}, topics))
+        # ClassicGroup.createGroupTombstoneRecords, then ConsumerGroup.createConsumerGroupRecords
+        records.append((encode_group_metadata_key(gid), None))
+        for m in group.members.values():
+            records.append(_member_metadata_record(gid, m))
+        records.append(_group_epoch_record(gid, group.group_epoch, group.metadata_hash))
+        for m in group.members.values():
+            records.append(_target_member_record(gid, m.member_id, m.assigned))
+        records.append(_target_epoch_record(gid, group.assignment_epoch))
+        for m in group.members.values():
+            records.append(_current_assignment_record(gid, m))
+        self._upgrades.append(gid)
+        return group
 
     def _heartbeat(
         self, req: HeartbeatRequest, records: list[Record], topics: TopicsImage
     ) -> HeartbeatResult:
         now = self._ctx.clock()
         joining = req.member_epoch == 0
-        group = self._group_for(req.group_id, joining, records)
+        group = self._group_for(req.group_id, joining, records, topics)
         member_id = req.member_id or self._new_member_id()
         member, replaced = self._member(group, req, member_id)
         if member_id not in group.members and len(group.members) >= self._max_size(replaced):
@@ -245,73 +337,20 @@ class ConsumerGroups:
             ),
             client_id=req.client_id,
             client_host=req.client_host,
+            # A member heartbeating with the consumer protocol no longer uses the classic one.
+            classic=None,
         )
-        is_new = member_id not in group.members and replaced is None
-        if replaced is not None:
-            # A static member back under a new member id takes the old one's place.
-            records.extend(_remove_member_records(group.group_id, replaced))
-        if is_new or not updated.same_metadata(member) or replaced is not None:
-            records.append(_member_metadata_record(group.group_id, updated))
-        bump = is_new or not updated.same_subscription(member)
-
-        members = dict(group.members)
-        if replaced is not None:
-            members.pop(replaced, None)
-        members[member_id] = updated
-        resolved = self._refresh_regexes(
-            group, members, topics, now, records, force=bump, requested=req.subscribed_topic_regex
+        reconciled = self._update_and_reconcile(
+            group,
+            member,
+            updated,
+            replaced,
+            req.owned,
+            records,
+            topics,
+            now,
+            requested_regex=req.subscribed_topic_regex,
         )
-        metadata = _subscription_metadata(members, resolved, topics)
-        metadata_hash = _metadata_hash(metadata)
-        group_epoch = group.group_epoch
-        if bump or metadata_hash != group.metadata_hash:
-            group_epoch += 1
-            records.append(_group_epoch_record(group.group_id, group_epoch, metadata_hash))
-
-        # 2. The target assignment, computed for the new group epoch.
-        if group_epoch > group.assignment_epoch:
-            targets = self._assign(group, members, resolved, metadata, replaced)
-            for mid, target in targets.items():
-                if dict(group.target_assignment.get(mid, {})) != target or mid == member_id:
-                    records.append(_target_member_record(group.group_id, mid, target))
-            records.append(
-                (
-                    cr.encode_key(
-                        cr.ConsumerGroupKey(
-                            cr.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, group.group_id
-                        )
-                    ),
-                    cr.encode_target_assignment_metadata(group_epoch),
-                )
-            )
-            target_epoch, target = group_epoch, targets.get(member_id, {})
-        else:
-            target_epoch = group.assignment_epoch
-            target = group.target_assignment.get(member_id, {})
-            if replaced is not None:
-                target = group.target_assignment.get(replaced, {})
-                records.append(_target_member_record(group.group_id, member_id, target))
-
-        # 3. The member's reconciliation towards its target. What it held before rejoining
-        # with epoch 0 it has given up: those partitions are free for it.
-        held = group.members.get(member_id)
-        given_up = held if held is not None and held is not member else None
-
-        def partition_epoch(topic_id: uuid.UUID, partition: int) -> int:
-            if given_up is not None and (
-                partition in given_up.assigned.get(topic_id, ())
-                or partition in given_up.pending_revocation.get(topic_id, ())
-            ):
-                return -1
-            return group.current_partition_epoch(topic_id, partition)
-
-        try:
-            reconciled = reconcile(updated, target_epoch, target, partition_epoch, req.owned)
-        except FencedMemberEpochError as e:
-            raise HeartbeatError(ErrorCode.fenced_member_epoch, str(e)) from None
-        if reconciled != member or is_new or replaced is not None:
-            records.append(_current_assignment_record(group.group_id, reconciled))
-
         self._apply(records)
         live = self._groups[group.group_id]
         session = self._ctx.config.group_consumer_session_timeout_ms
@@ -337,6 +376,81 @@ class ConsumerGroups:
             heartbeat_interval_ms=self._ctx.config.group_consumer_heartbeat_interval_ms,
             assignment=dict(reconciled.assigned) if full or changed else None,
         )
+
+    def _update_and_reconcile(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        replaced: str | None,
+        owned: Assignment | None,
+        records: list[Record],
+        topics: TopicsImage,
+        now: int,
+        *,
+        requested_regex: str | None,
+    ) -> ConsumerGroupMember:
+        """Kafka's three steps for a member (new or updated) of either protocol: its record and
+        the group epoch, the target assignment, the member's reconciliation (records added)."""
+        member_id = updated.member_id
+        is_new = member_id not in group.members and replaced is None
+        if replaced is not None:
+            # A static member back under a new member id takes the old one's place.
+            records.extend(_remove_member_records(group.group_id, replaced))
+        if is_new or not updated.same_metadata(member) or replaced is not None:
+            records.append(_member_metadata_record(group.group_id, updated))
+        bump = is_new or not updated.same_subscription(member)
+
+        members = dict(group.members)
+        if replaced is not None:
+            members.pop(replaced, None)
+        members[member_id] = updated
+        resolved = self._refresh_regexes(
+            group, members, topics, now, records, force=bump, requested=requested_regex
+        )
+        metadata = _subscription_metadata(members, resolved, topics)
+        metadata_hash = _metadata_hash(metadata)
+        group_epoch = group.group_epoch
+        if bump or metadata_hash != group.metadata_hash:
+            group_epoch += 1
+            records.append(_group_epoch_record(group.group_id, group_epoch, metadata_hash))
+
+        # 2. The target assignment, computed for the new group epoch.
+        if group_epoch > group.assignment_epoch:
+            targets = self._assign(group, members, resolved, metadata, replaced)
+            for mid, target in targets.items():
+                if dict(group.target_assignment.get(mid, {})) != target or mid == member_id:
+                    records.append(_target_member_record(group.group_id, mid, target))
+            records.append(_target_epoch_record(group.group_id, group_epoch))
+            target_epoch, target = group_epoch, targets.get(member_id, {})
+        else:
+            target_epoch = group.assignment_epoch
+            target = group.target_assignment.get(member_id, {})
+            if replaced is not None:
+                target = group.target_assignment.get(replaced, {})
+                records.append(_target_member_record(group.group_id, member_id, target))
+
+        # 3. The member's reconciliation towards its target. What it held before rejoining
+        # with epoch 0 it has given up: those partitions are free for it.
+        held = group.members.get(member_id)
+        given_up = held if held is not None and held is not member else None
+
+        def partition_epoch(topic_id: uuid.UUID, partition: int) -> int:
+            if given_up is not None and (
+                partition in given_up.assigned.get(topic_id, ())
+                or partition in given_up.pending_revocation.get(topic_id, ())
+            ):
+                return -1
+            return group.current_partition_epoch(topic_id, partition)
+
+        try:
+            reconciled = reconcile(updated, target_epoch, target, partition_epoch, owned)
+        except FencedMemberEpochError as e:
+            raise HeartbeatError(ErrorCode.fenced_member_epoch, str(e)) from None
+        if reconciled != member or is_new or replaced is not None:
+            records.append(_current_assignment_record(group.group_id, reconciled))
+
+        return reconciled
 
     def _max_size(self, replaced: str | None) -> int:
         limit = self._ctx.config.group_consumer_max_size
@@ -529,7 +643,10 @@ class ConsumerGroups:
     def _fence_records(
         self, group: ConsumerGroup, member_id: str, topics: TopicsImage
     ) -> list[Record]:
-        """The member removed (its three records' tombstones) and the group epoch bumped."""
+        """The member removed (its three records' tombstones) and the group epoch bumped; or,
+        when only classic members are left and the policy allows, the group downgraded."""
+        if self._validate_online_downgrade(group, member_id):
+            return self._convert_to_classic_group(group, member_id, topics)
         records = _remove_member_records(group.group_id, member_id)
         members = {mid: m for mid, m in group.members.items() if mid != member_id}
         resolved = {
@@ -541,6 +658,364 @@ class ConsumerGroups:
         records.append(_group_epoch_record(group.group_id, group.group_epoch + 1, metadata_hash))
         return records
 
+    # -- online downgrade (only classic members left) -------------------------------------
+
+    def _validate_online_downgrade(self, group: ConsumerGroup, leaving: str) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember."""
+        others = [m for mid, m in group.members.items() if mid != leaving]
+        left = group.members.get(leaving)
+        if left is None or left.uses_classic_protocol:
+            return False
+        if not others or not all(m.uses_classic_protocol for m in others):
+            return False
+        if not self._ctx.config.migration_policy.downgrade_enabled:
+            log.info(
+                "Cannot downgrade consumer group %s to classic group: the online downgrade is "
+                "disabled.",
+                group.group_id,
+            )
+            return False
+        if len(others) > self._ctx.config.group_max_size:
+            log.info(
+                "Cannot downgrade consumer group %s: larger than group.max.size.", group.group_id
+            )
+            return False
+        return common_protocol(others)
+
+    def _can_downgrade_after_join(self, group: ConsumerGroup) -> bool:
+        """Kafka's validateOnlineDowngradeWithReplacedMemberId, once the joining classic
+        member has replaced the (last) consumer-protocol one."""
+        members = list(group.members.values())
+        return (
+            all(m.uses_classic_protocol for m in members)
+            and self._ctx.config.migration_policy.downgrade_enabled
+            and len(members) <= self._ctx.config.group_max_size
+            and common_protocol(members)
+        )
+
+    def _convert_to_classic_group(
+        self,
+        group: ConsumerGroup,
+        leaving: str | None,
+        topics: TopicsImage,
+        *,
+        rebalance: bool = True,
+    ) -> list[Record]:
+        """Kafka's convertToClassicGroup and ClassicGroup.fromConsumerGroup: the consumer
+        group's tombstones and the classic group's record, in one append; the classic group,
+        Stable at generation = the group epoch with each member's target assignment, replaces
+        the consumer group when the records are applied, and rebalances so the members
+        rejoin (not when a joining static member triggered it, as in Kafka)."""
+        gid = group.group_id
+        classic, assignment = classic_group_from_consumer(group, leaving, topics, self._ctx.clock())
+        records: list[Record] = []
+        for mid in group.members:
+            records.extend(_remove_member_records(gid, mid))
+        records.extend(self.group_tombstones(group))
+        records.append(group_metadata_record(classic, assignment))
+        self._downgrades.append((classic, rebalance))
+        log.info("[GroupId %s] downgrading the consumer group to a classic group.", gid)
+        return records
+
+    # -- classic members in a consumer group (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) --
+
+    def classic_join(
+        self,
+        req: JoinGroupRequest,
+        respond: Callable[[JoinResult], None],
+        topics: TopicsImage,
+    ) -> None:
+        """Kafka's classicGroupJoinToConsumerGroup: the member joins (or rejoins) as any
+        member does (its subscription and owned partitions from its protocol metadata) and is
+        answered, once the records are durable, with generation = its member epoch and no
+        member list: every classic member of a consumer group is a follower."""
+        group = self._groups[req.group_id]
+        member_id = req.member_id or self._new_member_id()
+        records: list[Record] = []
+        try:
+            if self._ctx.loading:
+                raise HeartbeatError(ErrorCode.coordinator_load_in_progress, "loading")
+            cfg = self._ctx.config
+            if not (
+                cfg.group_min_session_timeout_ms
+                <= req.session_timeout_ms
+                <= cfg.group_max_session_timeout_ms
+            ):
+                # Kafka's GroupCoordinatorService checks it for every JoinGroup.
+                raise HeartbeatError(ErrorCode.invalid_session_timeout, "session timeout")
+            if req.member_id not in group.members and len(group.members) >= self._max_size(None):
+                raise HeartbeatError(
+                    ErrorCode.group_max_size_reached,
+                    f"The consumer group has reached its maximum capacity of "
+                    f"{self._ctx.config.group_consumer_max_size} members.",
+                )
+            names = {n for n, _ in req.protocols}
+            if not group.supports_classic_protocols(req.protocol_type, names):
+                raise HeartbeatError(
+                    ErrorCode.inconsistent_group_protocol,
+                    f"Member {member_id}'s protocols are not supported.",
+                )
+            if not req.member_id and req.require_known_member_id and not req.group_instance_id:
+                respond(JoinResult(ErrorCode.member_id_required, member_id=member_id))
+                return
+            member, replaced = self._classic_member(group, req, member_id)
+            try:
+                subscription = consumer_protocol.decode_subscription(bytes(req.protocols[0][1]))
+            except consumer_protocol.ConsumerProtocolError as e:
+                # Kafka's deserializeSubscription throws IllegalStateException here, which its
+                # runtime answers as UNKNOWN_SERVER_ERROR; nothing changes.
+                raise HeartbeatError(
+                    ErrorCode.unknown_server_error,
+                    f"Malformed embedded consumer protocol in subscription deserialization: {e}.",
+                ) from None
+            rebalance_timeout = (
+                req.rebalance_timeout_ms
+                if req.rebalance_timeout_ms >= 0
+                else req.session_timeout_ms
+            )
+            updated = replace(
+                member,
+                instance_id=(
+                    req.group_instance_id
+                    if req.group_instance_id is not None
+                    else member.instance_id
+                ),
+                rack_id=subscription.rack_id or member.rack_id,
+                rebalance_timeout_ms=rebalance_timeout,
+                server_assignor=None,
+                subscribed_topic_names=subscription.topics,
+                subscribed_topic_regex=None,
+                client_id=req.client_id,
+                client_host=req.client_host,
+                classic=cr.ClassicMemberMetadata(
+                    req.session_timeout_ms, tuple((n, bytes(m)) for n, m in req.protocols)
+                ),
+            )
+            owned = topic_ids(subscription.owned_partitions, topics)
+            now = self._ctx.clock()
+            reconciled = self._update_and_reconcile(
+                group, member, updated, replaced, owned, records, topics, now, requested_regex=None
+            )
+        except cr.ConsumerGroupRecordError as e:
+            log.info(
+                "[GroupId %s] classic join of %s: cannot write: %s", req.group_id, member_id, e
+            )
+            respond(JoinResult(ErrorCode.unknown_server_error, member_id=req.member_id))
+            return
+        except HeartbeatError as e:
+            log.info(
+                "[GroupId %s] classic join of member %s: %s (%s)",
+                req.group_id,
+                member_id,
+                e.error.name,
+                e,
+            )
+            respond(JoinResult(e.error, member_id=req.member_id))
+            return
+        replaced_consumer = replaced is not None and group.members[replaced].classic is None
+        self._apply(records)
+        live_group = self._groups.get(req.group_id)
+        if (
+            replaced_consumer
+            and live_group is not None
+            and self._can_downgrade_after_join(live_group)
+        ):
+            # Kafka's validateOnlineDowngradeWithReplacedMemberId: the last consumer-protocol
+            # member came back as a classic one; the group becomes classic, no rebalance.
+            conversion = self._convert_to_classic_group(live_group, None, topics, rebalance=False)
+            self._apply(conversion)
+            records.extend(conversion)
+        result = JoinResult(
+            ErrorCode.none,
+            member_id=member_id,
+            generation_id=reconciled.member_epoch,
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
+            protocol_name=req.protocols[0][0],
+        )
+        gid = req.group_id
+
+        def written(error: ErrorCode) -> None:
+            live = self._groups.get(gid)
+            if error is not ErrorCode.none:
+                respond(JoinResult(append_error_to_response_error(error), member_id=member_id))
+                return
+            if live is not None and member_id in live.members:
+                at = self._ctx.clock()
+                live.join_deadlines.pop(member_id, None)
+                live.session_deadlines[member_id] = at + req.session_timeout_ms
+                live.sync_deadlines[member_id] = at + max(rebalance_timeout, 0)
+            respond(result)
+
+        self._write_records(records, written)
+
+    def _classic_member(
+        self, group: ConsumerGroup, req: JoinGroupRequest, member_id: str
+    ) -> tuple[ConsumerGroupMember, str | None]:
+        """The joining classic member as it is now (new, or as it was: a classic member keeps
+        its epoch and assignment across its JoinGroups), and the member id it replaces: a
+        static member restarted (unknown member id, known instance id) takes its old place,
+        epoch and assignment, as in Kafka, without a rebalance, whichever protocol the old
+        one used."""
+        if req.group_instance_id is not None:
+            existing = group.static_member(req.group_instance_id)
+            if existing is not None and existing.member_id != member_id:
+                if req.member_id:
+                    raise HeartbeatError(
+                        ErrorCode.fenced_instance_id,
+                        f"Static member {member_id} with instance id {req.group_instance_id} "
+                        f"is fenced by member {existing.member_id}.",
+                    )
+                return replace(existing, member_id=member_id), existing.member_id
+        member = group.members.get(member_id)
+        if member is None:
+            # New, or a member id the group no longer knows (fenced meanwhile): it joins anew.
+            return ConsumerGroupMember(member_id), None
+        if member.classic is None:
+            raise HeartbeatError(
+                ErrorCode.unknown_member_id,
+                f"Member {member_id} does not use the classic protocol.",
+            )
+        return member, None
+
+    def _classic_member_of(
+        self, group: ConsumerGroup, member_id: str, instance_id: str | None
+    ) -> ConsumerGroupMember:
+        """Kafka's validateConsumerGroupMember and throwIfMemberDoesNotUseClassicProtocol."""
+        if instance_id is not None:
+            static = group.static_member(instance_id)
+            if static is None:
+                raise HeartbeatError(
+                    ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown."
+                )
+            if static.member_id != member_id:
+                raise HeartbeatError(
+                    ErrorCode.fenced_instance_id,
+                    f"Static member {member_id} with instance id {instance_id} is fenced.",
+                )
+        member = group.members.get(member_id)
+        if member is None or member.classic is None:
+            raise HeartbeatError(
+                ErrorCode.unknown_member_id,
+                f"Member {member_id} is not a classic member of group {group.group_id}.",
+            )
+        return member
+
+    def _rejoin_needed(self, group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
+        """The classic member must rejoin: the group epoch moved, it has partitions to revoke,
+        or the partitions it waits for are free."""
+        return (
+            member.member_epoch < group.group_epoch
+            or member.state is MemberState.UNREVOKED_PARTITIONS
+            or (
+                member.state is MemberState.UNRELEASED_PARTITIONS
+                and not group.waiting_on_unreleased_partition(member)
+            )
+        )
+
+    def _schedule_join_deadline(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        deadline = self._ctx.clock() + max(member.rebalance_timeout_ms, 0)
+        group.join_deadlines.setdefault(member.member_id, deadline)
+
+    def classic_sync(self, req: SyncGroupRequest, topics: TopicsImage) -> SyncResult:
+        """Kafka's classicGroupSyncToConsumerGroup: the member's current assignment, as a
+        ConsumerProtocolAssignment of its subscription's version."""
+        group = self._groups[req.group_id]
+        try:
+            if self._ctx.loading:
+                raise HeartbeatError(ErrorCode.rebalance_in_progress, "loading")
+            member = self._classic_member_of(group, req.member_id, req.group_instance_id)
+            assert member.classic is not None
+            if req.generation_id != member.member_epoch:
+                raise HeartbeatError(ErrorCode.illegal_generation, "generation != member epoch")
+            protocol_name = member.classic.supported_protocols[0][0]
+            if (req.protocol_type is not None and req.protocol_type != CONSUMER_PROTOCOL_TYPE) or (
+                req.protocol_name is not None and req.protocol_name != protocol_name
+            ):
+                raise HeartbeatError(ErrorCode.inconsistent_group_protocol, "protocol mismatch")
+            if (
+                group.group_epoch > member.member_epoch
+                and member.state is not MemberState.UNREVOKED_PARTITIONS
+            ):
+                self._schedule_join_deadline(group, member)
+                raise HeartbeatError(ErrorCode.rebalance_in_progress, "rejoin to catch up")
+        except HeartbeatError as e:
+            return SyncResult(e.error)
+        now = self._ctx.clock()
+        group.sync_deadlines.pop(member.member_id, None)
+        group.session_deadlines[member.member_id] = now + member.classic.session_timeout_ms
+        try:
+            at_version = consumer_protocol.version(member.classic.supported_protocols[0][1])
+        except consumer_protocol.ConsumerProtocolError:
+            at_version = 0
+        assignment = consumer_protocol.encode_assignment(
+            topic_names(member.assigned, topics), at_version
+        )
+        return SyncResult(ErrorCode.none, req.protocol_type, req.protocol_name, assignment)
+
+    def classic_heartbeat(
+        self, group_id: str, member_id: str, generation_id: int, instance_id: str | None
+    ) -> ErrorCode:
+        """Kafka's classicGroupHeartbeatToConsumerGroup."""
+        group = self._groups[group_id]
+        if self._ctx.loading:
+            return ErrorCode.none
+        try:
+            member = self._classic_member_of(group, member_id, instance_id)
+        except HeartbeatError as e:
+            return e.error
+        assert member.classic is not None
+        if generation_id != member.member_epoch:
+            return ErrorCode.illegal_generation
+        group.session_deadlines[member_id] = self._ctx.clock() + member.classic.session_timeout_ms
+        if self._rejoin_needed(group, member):
+            self._schedule_join_deadline(group, member)
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def classic_leave(
+        self, group_id: str, members: Sequence[LeaveMember], topics: TopicsImage
+    ) -> CoordinatorResult[LeaveResult]:
+        """Kafka's classicGroupLeaveToConsumerGroup: each valid member removed, the group
+        epoch bumped once."""
+        group = self._groups[group_id]
+        if self._ctx.loading:
+            return CoordinatorResult([], LeaveResult(ErrorCode.coordinator_load_in_progress))
+        results = []
+        leaving: list[str] = []
+        for m in members:
+            try:
+                if m.group_instance_id is None:
+                    member = self._classic_member_of(group, m.member_id, None)
+                else:
+                    static = group.static_member(m.group_instance_id)
+                    if static is None:
+                        raise HeartbeatError(ErrorCode.unknown_member_id, "unknown instance id")
+                    if m.member_id and static.member_id != m.member_id:
+                        raise HeartbeatError(ErrorCode.fenced_instance_id, "fenced")
+                    if static.classic is None:
+                        raise HeartbeatError(ErrorCode.unknown_member_id, "not classic")
+                    member = static
+            except HeartbeatError as e:
+                results.append(LeaveMemberResult(m.member_id, m.group_instance_id, e.error))
+                continue
+            if member.member_id not in leaving:
+                leaving.append(member.member_id)
+            results.append(LeaveMemberResult(member.member_id, m.group_instance_id, ErrorCode.none))
+        records: list[Record] = []
+        if leaving:
+            for mid in leaving:
+                records.extend(_remove_member_records(group_id, mid))
+            rest = {mid: m for mid, m in group.members.items() if mid not in leaving}
+            resolved = {
+                r: t
+                for r, t in group.resolved_regexes.items()
+                if any(m.subscribed_topic_regex == r for m in rest.values())
+            }
+            metadata_hash = _metadata_hash(_subscription_metadata(rest, resolved, topics))
+            records.append(_group_epoch_record(group_id, group.group_epoch + 1, metadata_hash))
+            self._apply(records)
+        return CoordinatorResult(records, LeaveResult(ErrorCode.none, tuple(results)))
+
     # -- timers ---------------------------------------------------------------------------
 
     def next_deadline(self) -> int | None:
@@ -550,6 +1025,8 @@ class ConsumerGroups:
             for d in (
                 *g.session_deadlines.values(),
                 *(d for d, _ in g.rebalance_deadlines.values()),
+                *g.join_deadlines.values(),
+                *g.sync_deadlines.values(),
             )
         ]
         return min(deadlines, default=None)
@@ -564,9 +1041,9 @@ class ConsumerGroups:
         fenced = 0
         session = self._ctx.config.group_consumer_session_timeout_ms
         for group in list(self._groups.values()):
-            for member_id in list(group.members):
+            for member_id, m in list(group.members.items()):
                 # After a load, sessions restart from now, as Kafka schedules them.
-                group.session_deadlines.setdefault(member_id, now + session)
+                group.session_deadlines.setdefault(member_id, now + m.session_timeout_ms(session))
             for member_id, deadline in list(group.session_deadlines.items()):
                 expired = deadline <= now
                 revoke = group.rebalance_deadlines.get(member_id)
@@ -576,6 +1053,10 @@ class ConsumerGroups:
                     continue
                 if revoke is not None and revoke[0] <= now and member.member_epoch == revoke[1]:
                     expired = True
+                # A classic member that did not rejoin, or sync, within its rebalance timeout.
+                for classic_deadline in (group.join_deadlines, group.sync_deadlines):
+                    if classic_deadline.get(member_id, now + 1) <= now:
+                        expired = True
                 if expired:
                     new = self._fence_records(group, member_id, topics)
                     self._apply(new)
@@ -639,6 +1120,11 @@ class ConsumerGroups:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
+        if member.uses_classic_protocol:
+            # A classic member commits with its generation (= its member epoch), any version.
+            if member_epoch != member.member_epoch:
+                return ErrorCode.illegal_generation
+            return None
         if not transactional and api_version is not None and api_version < 9:
             return ErrorCode.unsupported_version
         if member_epoch != member.member_epoch:
@@ -685,6 +1171,7 @@ class ConsumerGroups:
                         group.target_assignment.get(m.member_id, {}), topics
                     ),
                     state=m.state.name,
+                    member_type=0 if m.uses_classic_protocol else 1,
                 )
                 for m in group.members.values()
             )
@@ -710,6 +1197,23 @@ class ConsumerGroups:
                 self._replay(key, value)
             elif value is None:
                 self._membership.replay_group_tombstone(_classic_group_id(key))
+        self._complete_conversions()
+
+    def _complete_conversions(self) -> None:
+        """After a conversion's records are applied: the classic group it replaces goes
+        (upgrade), or the classic group it builds comes in (downgrade)."""
+        now = self._ctx.clock()
+        session = self._ctx.config.group_consumer_session_timeout_ms
+        while self._upgrades:
+            gid = self._upgrades.pop(0)
+            self._membership.drop_upgraded_group(gid)
+            group = self._groups.get(gid)
+            if group is not None:
+                for mid, m in group.members.items():
+                    group.session_deadlines.setdefault(mid, now + m.session_timeout_ms(session))
+        while self._downgrades:
+            classic, rebalance = self._downgrades.pop(0)
+            self._membership.adopt_downgraded_group(classic, rebalance=rebalance)
 
     def replay(self, key: bytes, value: bytes | None) -> None:
         """Apply one consumer group record read from the log (or written by the runtime: those
@@ -755,6 +1259,7 @@ class ConsumerGroups:
                     subscribed_topic_regex=v.subscribed_topic_regex,
                     rebalance_timeout_ms=v.rebalance_timeout_ms,
                     server_assignor=v.server_assignor,
+                    classic=v.classic,
                 )
             )
         elif kind == cr.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
@@ -895,6 +1400,7 @@ def _member_metadata_record(group_id: str, m: ConsumerGroupMember) -> Record:
         m.subscribed_topic_regex,
         m.rebalance_timeout_ms,
         m.server_assignor,
+        m.classic,
     )
     return cr.encode_key(key), cr.encode_member_metadata(value)
 
@@ -902,6 +1408,11 @@ def _member_metadata_record(group_id: str, m: ConsumerGroupMember) -> Record:
 def _group_epoch_record(group_id: str, epoch: int, metadata_hash: int) -> Record:
     key = cr.ConsumerGroupKey(cr.CONSUMER_GROUP_METADATA, group_id)
     return cr.encode_key(key), cr.encode_group_metadata(cr.GroupMetadataValue(epoch, metadata_hash))
+
+
+def _target_epoch_record(group_id: str, epoch: int) -> Record:
+    key = cr.ConsumerGroupKey(cr.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, group_id)
+    return cr.encode_key(key), cr.encode_target_assignment_metadata(epoch)
 
 
 def _target_member_record(group_id: str, member_id: str, target: Assignment) -> Record:

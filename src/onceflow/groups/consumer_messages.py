@@ -84,6 +84,8 @@ class DescribedMember:
     assignment: tuple[DescribedPartitions, ...]
     target_assignment: tuple[DescribedPartitions, ...]
     state: str = ""
+    # Kafka's MemberType (ConsumerGroupDescribe v1+): 0 classic protocol, 1 consumer protocol.
+    member_type: int = 1
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,16 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    # A member using the classic protocol in a consumer group (tagged field 0 of version 0).
+    classic: ClassicMemberMetadata | None = None
+
+
+@dataclass(frozen=True)
+class ClassicMemberMetadata:
+    """A classic member's session timeout and its JoinGroup protocols (name, metadata)."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True)
@@ -148,8 +158,34 @@ def encode_member_metadata(value: MemberMetadataValue) -> bytes:
         + _nullable_compact(value.subscribed_topic_regex)
         + INT32.pack(value.rebalance_timeout_ms)
         + _nullable_compact(value.server_assignor)
-        + _no_tags()
+        + _member_tags(value.classic)
     )
+
+
+def _member_tags(classic: ClassicMemberMetadata | None) -> bytes:
+    if classic is None:
+        return _no_tags()
+    protocols = [
+        encode_compact_string(name) + encode_uvarint(len(metadata) + 1) + metadata + _no_tags()
+        for name, metadata in classic.supported_protocols
+    ]
+    body = INT32.pack(classic.session_timeout_ms) + _compact_array(protocols) + _no_tags()
+    return encode_uvarint(1) + encode_tagged_field(0, body)
+
+
+def _decode_classic(data: bytes) -> ClassicMemberMetadata:
+    r = SchemaReader(data, ConsumerGroupRecordError)
+    session = r.unpack(INT32)
+    protocols = []
+    for _ in range(_read_count(r)):
+        name = r.compact_string()
+        length = r.uvarint() - 1
+        if length < 0:
+            raise ConsumerGroupRecordError("null protocol metadata")
+        protocols.append((name, r.take(length)))
+        r.tagged_fields()
+    r.tagged_fields()
+    return ClassicMemberMetadata(session, tuple(protocols))
 
 
 def encode_target_assignment_metadata(assignment_epoch: int) -> bytes:
@@ -262,9 +298,18 @@ def decode_member_metadata(value: bytes) -> MemberMetadataValue:
     regex = _read_nullable_compact(r)
     rebalance_timeout_ms = r.unpack(INT32)
     assignor = _read_nullable_compact(r)
-    r.tagged_fields()  # ClassicMemberMetadata (a classic member in a consumer group): unused
+    tags = r.tagged_fields()
+    classic = _decode_classic(tags[0]) if 0 in tags else None
     return MemberMetadataValue(
-        instance_id, rack_id, client_id, client_host, topics, regex, rebalance_timeout_ms, assignor
+        instance_id,
+        rack_id,
+        client_id,
+        client_host,
+        topics,
+        regex,
+        rebalance_timeout_ms,
+        assignor,
+        classic,
     )
 
 

@@ -12,8 +12,9 @@ owns the loading flag both consult.
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -26,6 +27,7 @@ from onceflow.groups.consumer_messages import (
     HeartbeatRequest,
     HeartbeatResult,
     TopicsImage,
+    TopicView,
 )
 from onceflow.groups.consumer_records import RECORD_TYPES as CONSUMER_GROUP_RECORD_TYPES
 from onceflow.groups.consumer_records import record_type
@@ -43,12 +45,36 @@ from onceflow.groups.messages import (
     JoinGroupRequest,
     JoinResult,
     LeaveMember,
+    LeaveResult,
     SyncGroupRequest,
     SyncResult,
 )
 from onceflow.groups.offsets import OffsetStore
 from onceflow.groups.offsets_manager import OffsetManager
 from onceflow.groups.offsets_record import GroupMetadataKey, OffsetCommitKey, decode_key
+
+log = logging.getLogger(__name__)
+
+
+class _NoTopics:
+    """No topics (callers that have no consumer groups need not pass the cluster's)."""
+
+    def get(self, name: str) -> TopicView | None:
+        return None
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicView | None:
+        return None
+
+    def __iter__(self) -> Iterator[TopicView]:
+        return iter(())
+
+
+NO_TOPICS: TopicsImage = _NoTopics()
+
+
+def _log_leave_write(error: ErrorCode) -> None:
+    if error is not ErrorCode.none:
+        log.warning("writing the records of a classic member's LeaveGroup failed: %s", error.name)
 
 
 class GroupCoordinator:
@@ -65,13 +91,16 @@ class GroupCoordinator:
     ) -> None:
         """``write_records`` appends the classic groups' records (membership.py says when)."""
         self._ctx = GroupContext(clock, config or GroupCoordinatorConfig(), loading)
+        self._write_records = write_records
         self._membership = Membership(
             self._ctx,
             member_id_suffix=member_id_suffix or (lambda: str(uuid.uuid4())),
             write_records=write_records,
         )
         # KIP-848 consumer groups; a group id is either a classic group or a consumer group.
-        self._consumer_groups = ConsumerGroups(self._ctx, self._membership)
+        self._consumer_groups = ConsumerGroups(
+            self._ctx, self._membership, write_records=write_records
+        )
         self._offset_manager = OffsetManager(
             self._ctx, self._membership, consumer_groups=self._consumer_groups
         )
@@ -79,9 +108,6 @@ class GroupCoordinator:
         membership, offsets = self._membership, self._offset_manager
         self.group = membership.group
         self.group_ids = membership.group_ids
-        self.sync_group = membership.sync_group
-        self.heartbeat = membership.heartbeat
-        self.leave_group = membership.leave_group
         self.next_deadline = membership.next_deadline
         self.tick = membership.tick
         self.commit_offsets = offsets.commit_offsets
@@ -91,14 +117,63 @@ class GroupCoordinator:
         self.delete_offsets = offsets.delete_offsets
         self.complete_transaction = offsets.complete_transaction
 
-    def join_group(self, request: JoinGroupRequest, respond: Callable[[JoinResult], None]) -> None:
-        """JoinGroup. An empty consumer group becomes a classic group (Kafka's online downgrade);
-        classic members cannot join a consumer group that has members here (Kafka's mixed
-        groups are not implemented): INCONSISTENT_GROUP_PROTOCOL."""
+    def join_group(
+        self,
+        request: JoinGroupRequest,
+        respond: Callable[[JoinResult], None],
+        topics: TopicsImage | None = None,
+    ) -> None:
+        """JoinGroup. An empty consumer group becomes a classic group (Kafka's online downgrade
+        of an empty group); a consumer group with members takes the classic member in (Kafka's
+        classicGroupJoinToConsumerGroup). ``topics``: the cluster's topics (a classic member
+        of a consumer group is assigned by the coordinator)."""
         if not self._consumer_groups.convert_empty_to_classic(request.group_id):
-            respond(JoinResult(ErrorCode.inconsistent_group_protocol, member_id=request.member_id))
+            self._consumer_groups.classic_join(request, respond, topics or NO_TOPICS)
             return
         self._membership.join_group(request, respond)
+
+    def sync_group(
+        self,
+        request: SyncGroupRequest,
+        respond: Callable[[SyncResult], None],
+        topics: TopicsImage | None = None,
+    ) -> None:
+        if self._consumer_groups.group(request.group_id) is not None and request.group_id:
+            respond(self._consumer_groups.classic_sync(request, topics or NO_TOPICS))
+            return
+        self._membership.sync_group(request, respond)
+
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None = None,
+    ) -> ErrorCode:
+        if group_id and self._consumer_groups.group(group_id) is not None:
+            return self._consumer_groups.classic_heartbeat(
+                group_id, member_id, generation_id, group_instance_id
+            )
+        return self._membership.heartbeat(group_id, member_id, generation_id, group_instance_id)
+
+    def leave_group_result(
+        self, group_id: str, members: Sequence[LeaveMember], topics: TopicsImage | None = None
+    ) -> CoordinatorResult[LeaveResult]:
+        """LeaveGroup. Classic members leaving a consumer group are removed with records (to
+        append before answering, as Kafka's classicGroupLeaveToConsumerGroup); a classic
+        group's leave writes none."""
+        if group_id and self._consumer_groups.group(group_id) is not None:
+            return self._consumer_groups.classic_leave(group_id, members, topics or NO_TOPICS)
+        return CoordinatorResult([], self._membership.leave_group(group_id, members))
+
+    def leave_group(
+        self, group_id: str, members: Sequence[LeaveMember], topics: TopicsImage | None = None
+    ) -> LeaveResult:
+        """:meth:`leave_group_result` with its records appended through ``write_records``."""
+        result = self.leave_group_result(group_id, members, topics)
+        if result.records:
+            self._write_records(result.records, _log_leave_write)
+        return result.response
 
     # -- KIP-848 consumer groups ------------------------------------------------------------
 

@@ -158,6 +158,42 @@ class Membership:
         if self._ctx.loading:
             self._groups[group_id] = loaded_group(group_id, decoded, self._ctx.clock())
 
+    # -- online upgrade and downgrade (KIP-848 mixed groups, consumer_groups.py) ------------
+
+    @answers
+    def drop_upgraded_group(self, group_id: str) -> None:
+        """The group became a consumer group (its tombstone is written with the consumer
+        group's records): members waiting in JoinGroup or SyncGroup are told to rejoin
+        (REBALANCE_IN_PROGRESS), as Kafka's convertToConsumerGroup; its timers go with it."""
+        group = self._groups.pop(group_id, None)
+        if group is None:
+            return
+        for member in group.members.values():
+            member.heartbeat_deadline_ms = None
+            if member.awaiting_join is not None:
+                callback, member.awaiting_join = member.awaiting_join, None
+                self._respond(
+                    callback, JoinResult(ErrorCode.rebalance_in_progress, member.member_id)
+                )
+            if member.awaiting_sync is not None:
+                callback, member.awaiting_sync = member.awaiting_sync, None
+                self._respond(callback, SyncResult(ErrorCode.rebalance_in_progress))
+        group.join_deadline_ms = None
+        group.sync_deadline_ms = None
+        group.pending_join_members.clear()
+
+    @answers
+    def adopt_downgraded_group(self, group: ClassicGroup, *, rebalance: bool = True) -> None:
+        """A consumer group downgraded to this classic group (its record is written with the
+        consumer group's tombstones): the members' sessions start now and it rebalances, so
+        that they rejoin it, as Kafka's convertToClassicGroup (not when a static member
+        rejoining as a classic one triggered it)."""
+        self._groups[group.group_id] = group
+        for member in group.members.values():
+            self.schedule_heartbeat(member)
+        if rebalance:
+            self._prepare_rebalance(group)
+
     @answers
     def on_loaded(self) -> None:
         """The offsets log is loaded: each loaded member's session starts now (it has had no

@@ -162,7 +162,7 @@ def handle_consumer_group_describe(ctx: GroupsContext, request: Request) -> Any:
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=assignment(m.assignment),
                 target_assignment=assignment(m.target_assignment),
-                member_type=1,
+                member_type=m.member_type,
             )
             for m in d.members
         )

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import datetime
 import ipaddress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -15,6 +15,7 @@ from onceflow.broker.handlers.context import GroupsContext
 from onceflow.broker.handlers.offsets import answer_when_written
 from onceflow.broker.handlers.responses import build_from, response_class, response_classes
 from onceflow.broker.handlers.slices import SLICED_ABOVE, Work, in_slices
+from onceflow.groups.consumer_messages import TopicsImage
 from onceflow.groups.coordinator import (
     JoinGroupRequest,
     JoinResult,
@@ -22,6 +23,7 @@ from onceflow.groups.coordinator import (
     SyncGroupRequest,
     SyncResult,
 )
+from onceflow.groups.messages import LeaveResult
 from onceflow.protocol.api_key import ApiKey
 from onceflow.protocol.entities import build, sibling
 from onceflow.security import authorization as auth
@@ -74,6 +76,12 @@ def _refused(request: Request) -> Any | None:
     )
 
 
+def topics_image(ctx: GroupsContext) -> TopicsImage:
+    """The broker's topic registry (the groups' partition lookup): a classic member of a
+    consumer group is assigned by the coordinator, which needs the topics' ids."""
+    return cast(TopicsImage, ctx.partitions)
+
+
 def _answer_later() -> tuple[asyncio.Future[Any], Any]:
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -105,7 +113,7 @@ def handle_join_group(ctx: GroupsContext, request: Request) -> Any:
         supports_skip_assignment=version >= 9,
     )
     future, respond = _answer_later()
-    ctx.coordinator.join_group(join, respond)
+    ctx.coordinator.join_group(join, respond, topics_image(ctx))
     return _join_response(future, request)
 
 
@@ -136,7 +144,7 @@ def handle_sync_group(ctx: GroupsContext, request: Request) -> Any:
         assignments={a.member_id: bytes(a.assignment) for a in req.assignments},
     )
     future, respond = _answer_later()
-    ctx.coordinator.sync_group(sync, respond)
+    ctx.coordinator.sync_group(sync, respond, topics_image(ctx))
     return _sync_response(future, request)
 
 
@@ -163,9 +171,11 @@ def handle_leave_group(ctx: GroupsContext, request: Request) -> Any:
 
 
 def _leave_group(ctx: GroupsContext, request: Request) -> Work:
-    """One step per member named (v3+), the group's change in one."""
+    """One step per member named (v3+), the group's change in one. Classic members leaving a
+    consumer group are answered once the records removing them are durable."""
     req = request.body
     cls = response_class(request)
+    written: list[Any] = []
     if request.api_version >= 3:
         members = []
         for m in req.members:
@@ -176,30 +186,55 @@ def _leave_group(ctx: GroupsContext, request: Request) -> Work:
     else:
         members = [LeaveMember(req.member_id)]
     if len(members) > SLICED_ABOVE:
-        result = yield from _leave_in_chunks(ctx, req.group_id, members)
+        result = yield from _leave_in_chunks(ctx, req.group_id, members, written)
     else:
-        result = ctx.coordinator.leave_group(req.group_id, members)
+        result = _leave(ctx, req.group_id, members, written)
     if request.api_version < 3:
         error = (
             result.members[0].error
             if result.members and result.error == ErrorCode.none
             else result.error
         )
-        return build(cls, throttle_time=ZERO, error_code=error)
+        return _when_written(written, build(cls, throttle_time=ZERO, error_code=error))
     member_cls = sibling(cls, "MemberResponse")
     answers = []
     for m in result.members:
         answers.append(build_from(member_cls, m, error_code=m.error))
         yield
-    return build(cls, throttle_time=ZERO, error_code=result.error, members=tuple(answers))
+    response = build(cls, throttle_time=ZERO, error_code=result.error, members=tuple(answers))
+    return _when_written(written, response)
 
 
-def _leave_in_chunks(ctx: GroupsContext, group_id: str, members: list[LeaveMember]) -> Work:
+def _leave(
+    ctx: GroupsContext, group_id: str, members: list[LeaveMember], written: list[Any]
+) -> LeaveResult:
+    result = ctx.coordinator.leave_group_result(group_id, members, topics_image(ctx))
+    if result.records:
+        written.append(ctx.write_offsets(result.records, None))
+    return result.response
+
+
+def _when_written(written: list[Any], response: Any) -> Any:
+    """`response`, once the records of `written` (appended in order) are durable."""
+    if not written:
+        return response
+
+    async def answer() -> Any:
+        for w in written:
+            await answer_when_written(w, None)
+        return response
+
+    return answer()
+
+
+def _leave_in_chunks(
+    ctx: GroupsContext, group_id: str, members: list[LeaveMember], written: list[Any]
+) -> Work:
     """The members leave in their order, SLICED_ABOVE at a time, each chunk one step; a
     group-level error (the group gone meanwhile) answers for the whole request."""
     left: list[Any] = []
     for start in range(0, len(members), SLICED_ABOVE):
-        result = ctx.coordinator.leave_group(group_id, members[start : start + SLICED_ABOVE])
+        result = _leave(ctx, group_id, members[start : start + SLICED_ABOVE], written)
         if result.error != ErrorCode.none:
             return result
         left.extend(result.members)
