@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -17,7 +17,7 @@ from onceflow.broker.handlers.context import GroupsContext
 from onceflow.broker.handlers.groups import member_host
 from onceflow.broker.handlers.offsets import answer_when_written
 from onceflow.broker.handlers.responses import response_class
-from onceflow.groups.consumer_messages import Assignment, HeartbeatRequest, TopicsImage
+from onceflow.groups.consumer_messages import Assignment, HeartbeatRequest
 from onceflow.protocol.entities import build, sibling
 from onceflow.security import authorization as auth
 
@@ -25,11 +25,6 @@ if TYPE_CHECKING:
     from onceflow.protocol.messages import Request
 
 ZERO = datetime.timedelta(0)
-
-
-def topics_image(ctx: GroupsContext) -> TopicsImage:
-    # The broker builds the groups' context with its TopicRegistry as the partition lookup.
-    return cast(TopicsImage, ctx.partitions)
 
 
 def _ms(value: Any) -> int:
@@ -79,7 +74,7 @@ def handle_consumer_group_heartbeat(ctx: GroupsContext, request: Request) -> Any
         client_host=member_host(request.client_host),
         api_version=request.api_version,
     )
-    result = ctx.coordinator.consumer_group_heartbeat(heartbeat, topics_image(ctx))
+    result = ctx.coordinator.consumer_group_heartbeat(heartbeat, ctx.topics)
     answer = result.response
     assignment = None
     if answer.assignment is not None:
@@ -148,7 +143,7 @@ def handle_consumer_group_describe(ctx: GroupsContext, request: Request) -> Any:
                 )
             )
             continue
-        [d] = ctx.coordinator.consumer_group_describe([group_id], topics_image(ctx))
+        [d] = ctx.coordinator.consumer_group_describe([group_id], ctx.topics)
         members = tuple(
             build(
                 member_cls,

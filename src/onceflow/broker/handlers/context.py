@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -22,6 +22,7 @@ from onceflow.broker.security import BrokerSecurity
 from onceflow.broker.topics import TopicRegistry
 from onceflow.clock import Clock
 from onceflow.coordinator.coordinators import Coordinators
+from onceflow.groups.consumer_messages import TopicsImage
 from onceflow.groups.coordinator import GroupCoordinator
 from onceflow.log.partition_log import PartitionLog
 from onceflow.metrics.counters import NO_COUNTERS, BrokerCounters
@@ -105,6 +106,12 @@ class GroupsContext:
     coordinator: GroupCoordinator
     partitions: PartitionLookup
     write_offsets: OffsetsWriter
+
+    @property
+    def topics(self) -> TopicsImage:
+        """The cluster's topics as the consumer groups' assignors see them: the broker builds
+        this context with its TopicRegistry, which is both lookups."""
+        return cast(TopicsImage, self.partitions)
 
 
 @dataclass(frozen=True)

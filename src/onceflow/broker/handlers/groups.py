@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import datetime
 import ipaddress
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -15,7 +15,6 @@ from onceflow.broker.handlers.context import GroupsContext
 from onceflow.broker.handlers.offsets import answer_when_written
 from onceflow.broker.handlers.responses import build_from, response_class, response_classes
 from onceflow.broker.handlers.slices import SLICED_ABOVE, Work, in_slices
-from onceflow.groups.consumer_messages import TopicsImage
 from onceflow.groups.coordinator import (
     JoinGroupRequest,
     JoinResult,
@@ -76,12 +75,6 @@ def _refused(request: Request) -> Any | None:
     )
 
 
-def topics_image(ctx: GroupsContext) -> TopicsImage:
-    """The broker's topic registry (the groups' partition lookup): a classic member of a
-    consumer group is assigned by the coordinator, which needs the topics' ids."""
-    return cast(TopicsImage, ctx.partitions)
-
-
 def _answer_later() -> tuple[asyncio.Future[Any], Any]:
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -113,7 +106,7 @@ def handle_join_group(ctx: GroupsContext, request: Request) -> Any:
         supports_skip_assignment=version >= 9,
     )
     future, respond = _answer_later()
-    ctx.coordinator.join_group(join, respond, topics_image(ctx))
+    ctx.coordinator.join_group(join, respond, ctx.topics)
     return _join_response(future, request)
 
 
@@ -144,7 +137,7 @@ def handle_sync_group(ctx: GroupsContext, request: Request) -> Any:
         assignments={a.member_id: bytes(a.assignment) for a in req.assignments},
     )
     future, respond = _answer_later()
-    ctx.coordinator.sync_group(sync, respond, topics_image(ctx))
+    ctx.coordinator.sync_group(sync, respond, ctx.topics)
     return _sync_response(future, request)
 
 
@@ -208,7 +201,7 @@ def _leave_group(ctx: GroupsContext, request: Request) -> Work:
 def _leave(
     ctx: GroupsContext, group_id: str, members: list[LeaveMember], written: list[Any]
 ) -> LeaveResult:
-    result = ctx.coordinator.leave_group_result(group_id, members, topics_image(ctx))
+    result = ctx.coordinator.leave_group_result(group_id, members, ctx.topics)
     if result.records:
         written.append(ctx.write_offsets(result.records, None))
     return result.response
