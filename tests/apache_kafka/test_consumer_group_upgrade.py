@@ -11,25 +11,16 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
-
 from onceflow.apache_kafka import Distribution
 from onceflow.broker.embedded import EmbeddedBroker
+from onceflow.verify.final_reads import group_type
 from tests.apache_kafka.test_consumer_group_protocol import (
     PARTITIONS,
     TIMEOUT_S,
     VerifiableConsumer,
 )
-from tests.confluent import QUIET, create_topic, produce
+from tests.confluent import create_topic, produce
 from tests.waiting import wait_for
-
-
-def group_type(bootstrap: str, group: str) -> str | None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-    for g in admin.list_consumer_groups(request_timeout=10).result().valid:
-        if g.group_id == group:
-            return str(g.type.name).lower()
-    return None
 
 
 def test_java_consumers_upgrade_a_classic_group_one_at_a_time(

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from itertools import count
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.cli.consumer_group_admin import describe_consumer_group
 from onceflow.tools.clients import Cluster
+from onceflow.verify.final_reads import group_type
 from tests.cli.harness import invoke
 from tests.confluent import QUIET, create_topic
 from tests.waiting import wait_for
@@ -131,12 +131,7 @@ class Rolling:
         wait_for(condition, timeout, what, poll=step)
 
     def group_type(self) -> str | None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
-        listed = admin.list_consumer_groups(request_timeout=10).result()
-        for g in listed.valid:
-            if g.group_id == self.group:
-                return str(g.type.name).lower()
-        return None
+        return group_type(self.bootstrap, self.group)
 
     def close(self) -> None:
         for name in list(self.members):
