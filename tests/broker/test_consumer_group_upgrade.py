@@ -130,6 +130,21 @@ class Rolling:
 
         wait_for(condition, timeout, what, poll=step)
 
+    def drain(self) -> None:
+        """The producer stops; the members go on until everything produced is committed, and
+        every offset below each partition's commit was read by some member."""
+        self.producer.flush(30)
+        produced = self.produced
+
+        def all_committed() -> bool:
+            self.round()
+            return sum(self.committed.values()) == produced
+
+        wait_for(all_committed, 60, lambda: f"commits {self.committed} of {produced}")
+        for p, offset in self.committed.items():
+            missing = set(range(offset)) - self.consumed[p]
+            assert not missing, f"partition {p}: offsets {sorted(missing)[:10]} never read"
+
     def group_type(self) -> str | None:
         return group_type(self.bootstrap, self.group)
 
@@ -174,17 +189,7 @@ def test_a_rolling_upgrade_from_classic_to_consumer_while_consuming(
                 **{f"consumer-{j}": True for j in range(i + 1)},
             }, kinds
         # The producer stops: everything produced is read and committed by the new members.
-        rolling.producer.flush(30)
-        produced = rolling.produced
-
-        def all_committed() -> bool:
-            rolling.round()
-            return sum(rolling.committed.values()) == produced
-
-        wait_for(all_committed, 60, lambda: f"commits {rolling.committed} of {produced}")
-        for p, offset in rolling.committed.items():
-            missing = set(range(offset)) - rolling.consumed[p]
-            assert not missing, f"partition {p}: offsets {sorted(missing)[:10]} never read"
+        rolling.drain()
         assert sorted(rolling.members) == ["consumer-0", "consumer-1", "consumer-2"]
         assert rolling.group_type() == "consumer"
     finally:
@@ -212,16 +217,6 @@ def test_a_rolling_downgrade_from_consumer_to_classic_while_consuming(
             )
             # The last consumer-protocol member gone (step 2), the group is classic again.
             assert rolling.group_type() == ("consumer" if i < 2 else "classic")
-        rolling.producer.flush(30)
-        produced = rolling.produced
-
-        def all_committed() -> bool:
-            rolling.round()
-            return sum(rolling.committed.values()) == produced
-
-        wait_for(all_committed, 60, lambda: f"commits {rolling.committed} of {produced}")
-        for p, offset in rolling.committed.items():
-            missing = set(range(offset)) - rolling.consumed[p]
-            assert not missing, f"partition {p}: offsets {sorted(missing)[:10]} never read"
+        rolling.drain()
     finally:
         rolling.close()
