@@ -134,7 +134,12 @@ def test_emfile_while_preparing_a_flush_fails_that_write_retriably_and_the_broke
         0: ErrorCode.not_enough_replicas_after_append
     }
     alive(broker)  # EMFILE is not a storage failure: no halt
-    assert any("cannot prepare a flush" in line for line in broker.output)
+    # the broker's stderr reaches `output` through a reader thread: the line can trail the answer
+    wait_for(
+        lambda: any("cannot prepare a flush" in line for line in broker.output),
+        DEADLINE,
+        "the flush failure in the broker's log",
+    )
     # The next round syncs what the failed one left dirty; an idempotent client is unaffected.
     produce_all(broker.bootstrap, "starved", [b"y", b"z"], **{"enable.idempotence": True})
     assert read_all(broker.bootstrap, "starved") == [b"x", b"y", b"z"]
@@ -153,7 +158,11 @@ def failing_loop_broker(
 
 def assert_loop_failed_and_broker_alive(broker: EmbeddedBroker, loop: str) -> None:
     """The loop's exception was logged, not swallowed, and the broker still answers."""
-    assert any(f"background task {loop} failed" in line for line in broker.output)
+    wait_for(
+        lambda: any(f"background task {loop} failed" in line for line in broker.output),
+        DEADLINE,
+        f"the failure of {loop} in the broker's log",
+    )
     alive(broker)
 
 
