@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -32,3 +32,11 @@ def wait_for(
             time.sleep(interval)
         else:
             poll()
+
+
+def wait_for_line(output: Iterable[str], text: str, timeout: float, what: str) -> str:
+    """The first line holding `text` of a process's captured `output`, which a reader thread
+    fills: a line the process wrote before it answered can still trail the answer here."""
+    return wait_for(
+        lambda: next((line for line in list(output) if text in line), ""), timeout, what
+    )

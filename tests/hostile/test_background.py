@@ -25,7 +25,7 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 
 from onceflow.broker.embedded import EmbeddedBroker
 from tests.confluent import create_topic
-from tests.waiting import wait_for
+from tests.waiting import wait_for, wait_for_line
 from tests.wire import WAIT, WireClient, good_batch, produce_errors, produce_request
 
 DEADLINE = 30.0  # seconds a background loop may take to show its work
@@ -134,11 +134,8 @@ def test_emfile_while_preparing_a_flush_fails_that_write_retriably_and_the_broke
         0: ErrorCode.not_enough_replicas_after_append
     }
     alive(broker)  # EMFILE is not a storage failure: no halt
-    # the broker's stderr reaches `output` through a reader thread: the line can trail the answer
-    wait_for(
-        lambda: any("cannot prepare a flush" in line for line in broker.output),
-        DEADLINE,
-        "the flush failure in the broker's log",
+    wait_for_line(
+        broker.output, "cannot prepare a flush", DEADLINE, "the flush failure in the broker's log"
     )
     # The next round syncs what the failed one left dirty; an idempotent client is unaffected.
     produce_all(broker.bootstrap, "starved", [b"y", b"z"], **{"enable.idempotence": True})
@@ -158,8 +155,9 @@ def failing_loop_broker(
 
 def assert_loop_failed_and_broker_alive(broker: EmbeddedBroker, loop: str) -> None:
     """The loop's exception was logged, not swallowed, and the broker still answers."""
-    wait_for(
-        lambda: any(f"background task {loop} failed" in line for line in broker.output),
+    wait_for_line(
+        broker.output,
+        f"background task {loop} failed",
         DEADLINE,
         f"the failure of {loop} in the broker's log",
     )
@@ -190,10 +188,8 @@ def test_session_expiry_survives_an_exception_in_the_group_timer(
     )
     assert joined.error_code == ErrorCode.none
     assert len(describe_group(client, "g").members) == 1
-    wait_for(
-        lambda: any("background task group-timer failed" in line for line in broker.output),
-        DEADLINE,
-        "the injected exception",
+    wait_for_line(
+        broker.output, "background task group-timer failed", DEADLINE, "the injected exception"
     )
     # The member never syncs nor heartbeats: the timer loop, alive, expires it.
     wait_for(lambda: describe_group(client, "g").group_state == "Empty", DEADLINE, "session expiry")

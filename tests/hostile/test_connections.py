@@ -20,7 +20,7 @@ from kio.schema.fetch.v12.request import FetchRequest
 from onceflow.broker.embedded import EmbeddedBroker
 from onceflow.broker.malloc import TRIM_DELAY_S
 from tests.confluent import create_topic
-from tests.waiting import wait_for
+from tests.waiting import wait_for, wait_for_line
 from tests.wire import (
     WireClient,
     api_versions_request,
@@ -347,10 +347,8 @@ def test_out_of_descriptors_at_accept_backs_off_and_recovers(make_broker: MakeBr
     clients = [
         socket.create_connection(("127.0.0.1", broker.port), timeout=WAIT) for _ in range(20)
     ]
-    wait_for(
-        lambda: any("Too many open files" in line for line in broker.output),
-        WAIT,
-        "the broker to log that it cannot accept",
+    wait_for_line(
+        broker.output, "Too many open files", WAIT, "the broker to log that it cannot accept"
     )
     before = _cpu_and_state(broker.pid)[0]
     time.sleep(3.0)  # a window to see whether the acceptor spins or floods the log

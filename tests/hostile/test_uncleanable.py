@@ -27,7 +27,7 @@ from onceflow.txn.coordinator import OFFSETS_TOPIC
 from tests.admin_requests import connect
 from tests.broker.offset_commits import commit
 from tests.confluent import create_topic
-from tests.waiting import wait_for
+from tests.waiting import wait_for, wait_for_line
 
 SETTINGS = {
     "offsets.topic.segment.bytes": "4096",
@@ -178,10 +178,8 @@ def test_a_partition_whose_cleaning_fails_is_skipped_and_every_other_is_cleaned(
     corrupt_first_batch(segment_files(data, "rotten")[0])
     alter_topic(broker.bootstrap, "rotten", **{"min.compaction.lag.ms": "0"})
     # the cleaner meets the corrupt batch (it used to, at every tick, and cleaned nothing else)
-    wait_for(
-        lambda: any("CorruptRecordError" in line for line in broker.output),
-        DEADLINE,
-        "the cleaner to meet the corrupt batch",
+    wait_for_line(
+        broker.output, "CorruptRecordError", DEADLINE, "the cleaner to meet the corrupt batch"
     )
 
     produce(broker.bootstrap, "other", updates(10, 10))

@@ -32,7 +32,7 @@ from tests.hostile.victims import (
 from tests.security.brokers import broker_with_users
 from tests.security.certs import Certs
 from tests.security.conftest import ALL_LISTENERS, USERS, secure_settings
-from tests.waiting import wait_for
+from tests.waiting import wait_for_line
 from tests.wire import WireClient, api_versions_request, body_of, request_entity, request_frame
 
 MiB = 1 << 20
@@ -93,8 +93,9 @@ def test_a_frame_over_the_pre_authentication_cap_closes_the_connection(
         # The size prefix alone is enough: nothing of the body is waited for.
         wire.send_raw(struct.pack(">i", SASL_SERVER_MAX_RECEIVE_SIZE + 1))
         assert wire.closed_by_peer()
-    wait_for(
-        lambda: any("sasl.server.max.receive.size" in line for line in broker.output),
+    wait_for_line(
+        broker.output,
+        "sasl.server.max.receive.size",
         10,
         "the broker to log why it closed the connection",
     )
