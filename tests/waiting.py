@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from typing import TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from onceflow.broker.embedded import EmbeddedBroker
 
 T = TypeVar("T")
 
@@ -34,9 +37,9 @@ def wait_for(
             poll()
 
 
-def wait_for_line(output: Iterable[str], text: str, timeout: float, what: str) -> str:
-    """The first line holding `text` of a process's captured `output`, which a reader thread
-    fills: a line the process wrote before it answered can still trail the answer here."""
+def wait_for_line(broker: EmbeddedBroker, text: str, timeout: float, what: str) -> str:
+    """The first line holding `text` of what the broker wrote, which a reader thread copies:
+    a line the broker wrote before it answered a request can still trail the answer here."""
     return wait_for(
-        lambda: next((line for line in list(output) if text in line), ""), timeout, what
+        lambda: next((line for line in broker.output if text in line), ""), timeout, what
     )

@@ -135,7 +135,7 @@ def test_emfile_while_preparing_a_flush_fails_that_write_retriably_and_the_broke
     }
     alive(broker)  # EMFILE is not a storage failure: no halt
     wait_for_line(
-        broker.output, "cannot prepare a flush", DEADLINE, "the flush failure in the broker's log"
+        broker, "cannot prepare a flush", DEADLINE, "the flush failure in the broker's log"
     )
     # The next round syncs what the failed one left dirty; an idempotent client is unaffected.
     produce_all(broker.bootstrap, "starved", [b"y", b"z"], **{"enable.idempotence": True})
@@ -156,7 +156,7 @@ def failing_loop_broker(
 def assert_loop_failed_and_broker_alive(broker: EmbeddedBroker, loop: str) -> None:
     """The loop's exception was logged, not swallowed, and the broker still answers."""
     wait_for_line(
-        broker.output,
+        broker,
         f"background task {loop} failed",
         DEADLINE,
         f"the failure of {loop} in the broker's log",
@@ -188,9 +188,7 @@ def test_session_expiry_survives_an_exception_in_the_group_timer(
     )
     assert joined.error_code == ErrorCode.none
     assert len(describe_group(client, "g").members) == 1
-    wait_for_line(
-        broker.output, "background task group-timer failed", DEADLINE, "the injected exception"
-    )
+    wait_for_line(broker, "background task group-timer failed", DEADLINE, "the injected exception")
     # The member never syncs nor heartbeats: the timer loop, alive, expires it.
     wait_for(lambda: describe_group(client, "g").group_state == "Empty", DEADLINE, "session expiry")
     assert describe_group(client, "g").members == ()

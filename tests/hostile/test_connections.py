@@ -335,7 +335,7 @@ def test_sigterm_with_connected_clients_logs_no_error(
     consumer.close()
     for client in [*idle, half_sent, long_poll, unread]:
         client.close()
-    output = list(broker.output)
+    output = broker.output
     assert not [line for line in output if " ERROR " in line or "Traceback" in line], output
 
 
@@ -347,9 +347,7 @@ def test_out_of_descriptors_at_accept_backs_off_and_recovers(make_broker: MakeBr
     clients = [
         socket.create_connection(("127.0.0.1", broker.port), timeout=WAIT) for _ in range(20)
     ]
-    wait_for_line(
-        broker.output, "Too many open files", WAIT, "the broker to log that it cannot accept"
-    )
+    wait_for_line(broker, "Too many open files", WAIT, "the broker to log that it cannot accept")
     before = _cpu_and_state(broker.pid)[0]
     time.sleep(3.0)  # a window to see whether the acceptor spins or floods the log
     spent_ticks = _cpu_and_state(broker.pid)[0] - before

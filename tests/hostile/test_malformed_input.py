@@ -444,7 +444,7 @@ def _request_schema(api_key: int, version: int) -> type | None:
 
 
 def _errors_logged(broker: EmbeddedBroker) -> set[str]:
-    return {line for line in list(broker.output) if " ERROR " in line}
+    return {line for line in broker.output if " ERROR " in line}
 
 
 def _still_answers(address: str) -> None:

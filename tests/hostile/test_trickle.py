@@ -121,5 +121,5 @@ def test_a_pool_used_up_by_partial_frames_still_serves_others(
     print(victims.report(), f"; {held / MiB:.0f} MiB held while the pool was used up")
     # the pool, plus what the lane read past it, plus a read per connection
     assert held < pool + 100 * MiB, f"{held / MiB:.0f} MiB held"
-    wait_for_line(broker.output, "request memory pool", 30, "the broker to log the pool used up")
+    wait_for_line(broker, "request memory pool", 30, "the broker to log the pool used up")
     victims.assert_served_within(1.0)

@@ -178,9 +178,7 @@ def test_a_partition_whose_cleaning_fails_is_skipped_and_every_other_is_cleaned(
     corrupt_first_batch(segment_files(data, "rotten")[0])
     alter_topic(broker.bootstrap, "rotten", **{"min.compaction.lag.ms": "0"})
     # the cleaner meets the corrupt batch (it used to, at every tick, and cleaned nothing else)
-    wait_for_line(
-        broker.output, "CorruptRecordError", DEADLINE, "the cleaner to meet the corrupt batch"
-    )
+    wait_for_line(broker, "CorruptRecordError", DEADLINE, "the cleaner to meet the corrupt batch")
 
     produce(broker.bootstrap, "other", updates(10, 10))
     offset_commits(broker.bootstrap, COMMITS)

@@ -94,7 +94,7 @@ def test_a_frame_over_the_pre_authentication_cap_closes_the_connection(
         wire.send_raw(struct.pack(">i", SASL_SERVER_MAX_RECEIVE_SIZE + 1))
         assert wire.closed_by_peer()
     wait_for_line(
-        broker.output,
+        broker,
         "sasl.server.max.receive.size",
         10,
         "the broker to log why it closed the connection",

@@ -134,7 +134,8 @@ class BrokerProcess:
             for line in self._stderr_path.read_text(errors="replace").splitlines()
             if line.strip()
         ]
-        lines = lines or [line for line in self._output if line.strip()]
+        # a copy first: the reader thread may still be appending (a broker past its deadline)
+        lines = lines or [line for line in list(self._output) if line.strip()]
         return lines[-1] if lines else "(no output)"
 
     def rss(self) -> int | None:

@@ -52,8 +52,17 @@ class EmbeddedBroker:
         self.listeners = listeners
         self.listener_ports: dict[str, int] = {}
         self.process: subprocess.Popen[str] | None = None
-        self.output: deque[str] = deque(maxlen=200)
+        # The last lines the broker wrote, appended by the reader thread (`_pump`); read them
+        # through `output`, a copy, never by iterating this deque while the thread appends.
+        self._output: deque[str] = deque(maxlen=200)
+        self._output_lock = threading.Lock()
         self.metrics_port: int | None = None  # with metrics.listen: the bound port
+
+    @property
+    def output(self) -> list[str]:
+        """The last 200 lines the broker wrote (stdout and stderr), oldest first: a copy."""
+        with self._output_lock:
+            return list(self._output)
 
     @property
     def bootstrap(self) -> str:
@@ -126,7 +135,8 @@ class EmbeddedBroker:
     def _pump(self, process: subprocess.Popen[str], ready: threading.Event) -> None:
         assert process.stdout is not None
         for line in process.stdout:
-            self.output.append(line.rstrip())
+            with self._output_lock:
+                self._output.append(line.rstrip())
             if (metrics := _METRICS.search(line)) is not None:
                 self.metrics_port = int(metrics.group(2))
             match = _READY.search(line)
