@@ -37,6 +37,22 @@ def retriable(exc: BaseException, also: Collection[int] = ()) -> bool:
     return error is not None and (error.retriable() or error.code() in also)
 
 
+# The group coordinator moving (its node killed or restarted, __consumer_offsets made or its
+# leader elected): librdkafka raises these from committed() rather than asking the new
+# coordinator, where Java's consumer asks again until its timeout.
+COORDINATOR_MOVING = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError._TRANSPORT,
+)
+
+
+def coordinator_moving(exc: Exception) -> bool:
+    """A group look-up worth asking again: the group's coordinator is moving or away."""
+    return retriable(exc, COORDINATOR_MOVING)
+
+
 def retry_transient(
     call: Callable[[], _T],
     transient: Callable[[Exception], bool],

@@ -17,9 +17,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.broker.embedded import EmbeddedBroker
-from onceflow.kafka_errors import retry_transient
+from onceflow.kafka_errors import coordinator_moving, retry_transient
 from onceflow.librdkafka_log import QUIET
-from onceflow.mirror.positions import coordinator_moving, mirror_group
+from onceflow.mirror.positions import mirror_group
 from onceflow.pipelines import mirror
 from tests.waiting import wait_for
 

@@ -15,27 +15,14 @@ from collections.abc import Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from onceflow.kafka_errors import retriable, retry_transient
+from onceflow.kafka_errors import COORDINATOR_MOVING, coordinator_moving, retry_transient
 from onceflow.lazy_clients import HoldsClients, client_property
 from onceflow.librdkafka_log import QUIET
 from onceflow.mirror.replication_policy import ReplicationPolicy
 from onceflow.spark.offset_ranges import PartitionOffsets, TopicPartitionKey
 from onceflow.spark.sink_target import consumer_config
 
-# The group coordinator moving (its node killed, __consumer_offsets made or its leader elected):
-# librdkafka raises these from committed() rather than asking the new coordinator.
-COORDINATOR_MOVING = (
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError._TRANSPORT,
-)
 _BACKOFF_S = 0.5
-
-
-def coordinator_moving(exc: Exception) -> bool:
-    """A look-up worth asking again: the group's coordinator is moving or away."""
-    return retriable(exc, COORDINATOR_MOVING)
 
 
 class PositionLookupError(RuntimeError):

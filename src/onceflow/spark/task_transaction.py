@@ -29,7 +29,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from onceflow.kafka_errors import kafka_error_code
+from onceflow.kafka_errors import (
+    COORDINATOR_MOVING,
+    coordinator_moving,
+    kafka_error_code,
+    retry_transient,
+)
 from onceflow.spark.mark_readers import discard, mark_reader
 from onceflow.spark.sink_columns import produce_batch
 from onceflow.spark.sink_target import SinkTarget, TaskOutcome
@@ -41,6 +46,7 @@ _FENCED = frozenset(
 )
 _POSITION_BITS = 32
 _POSITION_MASK = (1 << _POSITION_BITS) - 1
+_COORDINATOR_BACKOFF_S = 0.5
 
 
 class TaskFencedError(RuntimeError):
@@ -123,14 +129,32 @@ def committed_offset(
     config: dict[str, object], tp: TopicPartition, timeout: float
 ) -> tuple[Consumer, int]:
     """The committed offset of `tp` for the group of `config` (read_committed: it waits out a
-    transaction still completing), and the (cached) consumer whose group metadata commits."""
+    transaction still completing), and the (cached) consumer whose group metadata commits.
+
+    While the group's coordinator moves (a node of a Kafka cluster killed or restarting) it is
+    asked again for up to `timeout`, as Java's consumer does: failing the task instead spends
+    Spark's task attempts in as many seconds, and the query with them."""
     config = {**config, "isolation.level": "read_committed"}
-    reader = mark_reader(config)
-    try:
-        (committed,) = reader.committed([tp], timeout=timeout)
-    except KafkaException:
-        discard(config)
-        raise
+
+    def ask() -> tuple[Consumer, TopicPartition]:
+        reader = mark_reader(config)
+        try:
+            (committed,) = reader.committed([tp], timeout=timeout)
+            if committed.error is not None and committed.error.code() in COORDINATOR_MOVING:
+                raise KafkaException(committed.error)
+        except KafkaException:
+            discard(config)  # the next ask starts from a new consumer
+            raise
+        return reader, committed
+
+    reader, committed = retry_transient(
+        ask,
+        coordinator_moving,
+        within_s=timeout,
+        backoff_s=_COORDINATOR_BACKOFF_S,
+        what=f"{config.get('group.id')}: reading the done-mark",
+        level=logging.WARNING,
+    )
     if committed.error is not None:
         discard(config)
         raise DoneMarkError(f"{config.get('group.id')}: {committed.error}")
