@@ -15,7 +15,9 @@ import sys
 import threading
 import time
 from collections import deque
+from contextlib import nullcontext
 from pathlib import Path
+from typing import TextIO
 
 _READY = re.compile(r"onceflow broker ready on (\S+):(\d+)")
 _LISTENERS = re.compile(r"\(listeners: ([^;)]+)")
@@ -38,6 +40,7 @@ class EmbeddedBroker:
         env: dict[str, str] | None = None,
         open_files_limit: int | None = None,
         listeners: str | None = None,
+        log_file: Path | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
@@ -56,6 +59,9 @@ class EmbeddedBroker:
         # through `output`, a copy, never by iterating this deque while the thread appends.
         self._output: deque[str] = deque(maxlen=200)
         self._output_lock = threading.Lock()
+        # Every line also appended to this file, across restarts (verify keeps it for the
+        # post-mortem).
+        self.log_file = log_file
         self.metrics_port: int | None = None  # with metrics.listen: the bound port
 
     @property
@@ -134,19 +140,26 @@ class EmbeddedBroker:
 
     def _pump(self, process: subprocess.Popen[str], ready: threading.Event) -> None:
         assert process.stdout is not None
-        for line in process.stdout:
-            with self._output_lock:
-                self._output.append(line.rstrip())
-            if (metrics := _METRICS.search(line)) is not None:
-                self.metrics_port = int(metrics.group(2))
-            match = _READY.search(line)
-            if match and not ready.is_set():
-                self.port = int(match.group(2))
-                bound = _LISTENERS.search(line)
-                for url in bound.group(1).split(",") if bound else []:
-                    name, _, address = url.partition("://")
-                    self.listener_ports[name] = int(address.rpartition(":")[2])
-                ready.set()
+        with open(self.log_file, "a", encoding="utf-8") if self.log_file else nullcontext() as copy:
+            for line in process.stdout:
+                self._read_line(line, ready, copy)
+
+    def _read_line(self, line: str, ready: threading.Event, copy: TextIO | None) -> None:
+        with self._output_lock:
+            self._output.append(line.rstrip())
+        if copy is not None:
+            copy.write(line.rstrip() + "\n")
+            copy.flush()
+        if (metrics := _METRICS.search(line)) is not None:
+            self.metrics_port = int(metrics.group(2))
+        match = _READY.search(line)
+        if match and not ready.is_set():
+            self.port = int(match.group(2))
+            bound = _LISTENERS.search(line)
+            for url in bound.group(1).split(",") if bound else []:
+                name, _, address = url.partition("://")
+                self.listener_ports[name] = int(address.rpartition(":")[2])
+            ready.set()
 
     def kill(self) -> None:
         """SIGKILL: no shutdown work at all, as a crash or power cut would leave it."""

@@ -40,7 +40,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,24 +157,6 @@ TOMBSTONE_RATIO = 0.1
 # the run (the workload writes faster than the mirror copies).
 MIRROR_CATCH_UP_S = 300.0
 CLEANED_LINE = re.compile(r"cleaned (\S+)-(\d+) \[(\d+), (\d+)\)")
-
-
-class _LogTail(deque[str]):
-    """EmbeddedBroker keeps the last lines of its broker's output; this also writes them all
-    to a file, so a run's broker log survives for the post-mortem."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(maxlen=200)
-        self.path = path
-        self._file = path.open("a", encoding="utf-8")
-
-    def append(self, line: str) -> None:
-        super().append(line)
-        self._file.write(line + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
 
 
 class VerifyError(RuntimeError):
@@ -334,9 +316,8 @@ def run_verify(
     pool: WorkerPool | None = None
     java_worker: JavaWorker | None = None
     nemesis: Nemesis | None = None
-    broker_log: _LogTail | None = None
+    broker_log: Path | None = None  # the embedded broker's whole output
     target: SupervisedBroker | None = None
-    target_log: _LogTail | None = None
     mirror: SupervisedMirror | None = None
     kafka: ManagedKafka | None = None
     postgres: PostgresServer | None = None
@@ -361,14 +342,18 @@ def run_verify(
                     details["disk"] = f"simulated in the log layer ({e})"
             settings = {**EMBEDDED_SETTINGS, **(COMPACTED_BROKER_SETTINGS if compacted else {})}
             report(Progress("starting broker", 0, options.duration_s))
-            broker, broker_log = _broker(
-                data_dir, settings, broker_env, work_dir, "broker", history
-            )
+            broker_log = work_dir / "logs" / "broker.log"
+            broker = _broker(data_dir, settings, broker_env, broker_log, "broker", history)
             bootstrap = broker.bootstrap
             if options.mirror:
                 report(Progress("starting target broker", 0, options.duration_s))
-                target, target_log = _broker(
-                    work_dir / "target-data", settings, {}, work_dir, "target-broker", history
+                target = _broker(
+                    work_dir / "target-data",
+                    settings,
+                    {},
+                    work_dir / "logs" / "target-broker.log",
+                    "target-broker",
+                    history,
                 )
         elif distribution is not None:
             kafka = _apache_kafka(
@@ -516,7 +501,7 @@ def run_verify(
         if compacted and broker_log is not None:
             # So that the final reads see a log cleaned after the last write.
             report(Progress("cleaning", time.monotonic() - run_started, options.duration_s))
-            details["cleaned_after_stop"] = wait_cleaned(broker_log.path, set(topics), 15.0)
+            details["cleaned_after_stop"] = wait_cleaned(broker_log, set(topics), 15.0)
         if options.copiers:
             # As Kafka's system test: the copiers copy the whole input before they stop, so
             # that the check "committed input = committed output" covers all of it.
@@ -539,7 +524,7 @@ def run_verify(
         if proxy is not None:
             details["proxy"] = vars(proxy.stats)
         if compacted and broker_log is not None:
-            details["cleaner_rounds"] = cleaner_rounds(broker_log.path, set(topics))
+            details["cleaner_rounds"] = cleaner_rounds(broker_log, set(topics))
         if broker is not None:
             details["broker_exits"] = broker.exits  # halts on a full disk, say
             details["broker_restarts"] = broker.restarts
@@ -622,9 +607,6 @@ def run_verify(
                 notes.append(f"the {name} did not shut down cleanly")
         if disk is not None:
             disk.unmount()
-        for log in (broker_log, target_log):
-            if log is not None:
-                log.close()
         history.close()
     run = VerifyRun(
         options,
@@ -701,16 +683,17 @@ def _broker(
     data_dir: Path,
     settings: dict[str, str],
     env: dict[str, str],
-    work_dir: Path,
+    log_file: Path,
     name: str,
     history: History,
-) -> tuple[SupervisedBroker, _LogTail]:
-    """An embedded broker, started and supervised, its output in logs/{name}.log."""
-    embedded = EmbeddedBroker(data_dir, settings=settings, log_level="INFO", env=env)
-    embedded.output = log = _LogTail(work_dir / "logs" / f"{name}.log")
+) -> SupervisedBroker:
+    """An embedded broker, started and supervised, its whole output in `log_file`."""
+    embedded = EmbeddedBroker(
+        data_dir, settings=settings, log_level="INFO", env=env, log_file=log_file
+    )
     broker = SupervisedBroker(embedded, history, name)
     broker.start()
-    return broker, log
+    return broker
 
 
 def _apache_kafka(
