@@ -145,10 +145,11 @@ class EmbeddedBroker:
                 self._read_line(line, ready, copy)
 
     def _read_line(self, line: str, ready: threading.Event, copy: TextIO | None) -> None:
+        text = line.rstrip()
         with self._output_lock:
-            self._output.append(line.rstrip())
+            self._output.append(text)
         if copy is not None:
-            copy.write(line.rstrip() + "\n")
+            copy.write(text + "\n")
             copy.flush()
         if (metrics := _METRICS.search(line)) is not None:
             self.metrics_port = int(metrics.group(2))
