@@ -7,38 +7,24 @@ The failure on a real cluster is that test's; this one pins which errors are ask
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from onceflow.spark import task_transaction
 from onceflow.spark.task_transaction import DoneMarkError, committed_offset
+from tests.moving_coordinator import MovingCoordinator
 
 
-@dataclass
-class Answer:
-    """committed()'s answer for one partition (confluent-kafka's TopicPartition sets `error`
-    only from librdkafka)."""
+class MovingMarkReaders(MovingCoordinator):
+    """Mark readers of a moving coordinator; each failure discards the reader, and the next
+    ask makes a new one."""
 
-    topic: str
-    partition: int
-    offset: int
-    error: KafkaError | None = None
-
-
-class MovingCoordinator:
-    """Mark readers whose first answers are the given failures (raised, or on the partition);
-    each failure discards the reader, and the next ask makes a new one."""
-
-    def __init__(self, failures: list[object], offset: int = 7) -> None:
-        self.failures = failures
-        self.offset = offset
-        self.asked = 0
+    def __init__(self) -> None:
+        super().__init__([], offset=7)
         self.made = 0
         self.discarded = 0
 
-    def reader(self, config: dict[str, object]) -> MovingCoordinator:
+    def reader(self, config: dict[str, object]) -> MovingMarkReaders:
         assert config["isolation.level"] == "read_committed"
         self.made += 1
         return self
@@ -46,20 +32,10 @@ class MovingCoordinator:
     def discard(self, config: dict[str, object]) -> None:
         self.discarded += 1
 
-    def committed(self, tps: list[TopicPartition], timeout: float) -> list[Answer]:
-        self.asked += 1
-        if self.failures:
-            failure = self.failures.pop(0)
-            if isinstance(failure, KafkaException):
-                raise failure
-            assert isinstance(failure, KafkaError)
-            return [Answer(tp.topic, tp.partition, -1001, failure) for tp in tps]
-        return [Answer(tp.topic, tp.partition, self.offset) for tp in tps]
-
 
 @pytest.fixture
-def moving(monkeypatch: pytest.MonkeyPatch) -> MovingCoordinator:
-    coordinator = MovingCoordinator([])
+def moving(monkeypatch: pytest.MonkeyPatch) -> MovingMarkReaders:
+    coordinator = MovingMarkReaders()
     monkeypatch.setattr(task_transaction, "mark_reader", coordinator.reader)
     monkeypatch.setattr(task_transaction, "discard", coordinator.discard)
     monkeypatch.setattr(task_transaction, "_COORDINATOR_BACKOFF_S", 0.01)
@@ -84,7 +60,7 @@ def read(timeout: float = 10.0) -> int:
     ids=["raised", "mixed-and-on-the-partition"],
 )
 def test_the_mark_is_asked_again_while_the_coordinator_moves(
-    moving: MovingCoordinator, failures: list[object]
+    moving: MovingMarkReaders, failures: list[object]
 ) -> None:
     moving.failures = list(failures)
     assert read() == 7
@@ -94,7 +70,7 @@ def test_the_mark_is_asked_again_while_the_coordinator_moves(
 
 
 def test_a_coordinator_still_moving_at_the_deadline_fails_the_read(
-    moving: MovingCoordinator,
+    moving: MovingMarkReaders,
 ) -> None:
     moving.failures = [KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))] * 10_000
     with pytest.raises(KafkaException, match="NOT_COORDINATOR"):
@@ -110,7 +86,7 @@ def test_a_coordinator_still_moving_at_the_deadline_fails_the_read(
     ],
     ids=["raised", "on-the-partition"],
 )
-def test_other_errors_fail_at_once(moving: MovingCoordinator, failure: object) -> None:
+def test_other_errors_fail_at_once(moving: MovingMarkReaders, failure: object) -> None:
     moving.failures = [failure]
     with pytest.raises((KafkaException, DoneMarkError), match=r"(?i)authoriz"):
         read()
