@@ -296,7 +296,8 @@ def run_verify(
     temporary = options.work_dir is None
     work_dir = options.work_dir or Path(tempfile.mkdtemp(prefix="onceflow-verify-"))
     work_dir.mkdir(parents=True, exist_ok=True)
-    (work_dir / "logs").mkdir(exist_ok=True)
+    logs = work_dir / "logs"
+    logs.mkdir(exist_ok=True)
     history_path = work_dir / "history.jsonl"
     history = History(history_path, start=started)
     rng = random.Random(options.seed)
@@ -342,18 +343,13 @@ def run_verify(
                     details["disk"] = f"simulated in the log layer ({e})"
             settings = {**EMBEDDED_SETTINGS, **(COMPACTED_BROKER_SETTINGS if compacted else {})}
             report(Progress("starting broker", 0, options.duration_s))
-            broker_log = work_dir / "logs" / "broker.log"
-            broker = _broker(data_dir, settings, broker_env, broker_log, "broker", history)
+            broker = _broker(data_dir, settings, broker_env, logs, "broker", history)
+            broker_log = broker.broker.log_file
             bootstrap = broker.bootstrap
             if options.mirror:
                 report(Progress("starting target broker", 0, options.duration_s))
                 target = _broker(
-                    work_dir / "target-data",
-                    settings,
-                    {},
-                    work_dir / "logs" / "target-broker.log",
-                    "target-broker",
-                    history,
+                    work_dir / "target-data", settings, {}, logs, "target-broker", history
                 )
         elif distribution is not None:
             kafka = _apache_kafka(
@@ -422,7 +418,7 @@ def run_verify(
             history,
             workload,
             options.seed,
-            work_dir / "logs",
+            logs,
             (lambda name: route.bootstrap_for(name, bootstrap)) if route else lambda _: bootstrap,
             java=java_worker,
         )
@@ -683,13 +679,13 @@ def _broker(
     data_dir: Path,
     settings: dict[str, str],
     env: dict[str, str],
-    log_file: Path,
+    logs: Path,
     name: str,
     history: History,
 ) -> SupervisedBroker:
-    """An embedded broker, started and supervised, its whole output in `log_file`."""
+    """An embedded broker, started and supervised, its whole output in `logs/<name>.log`."""
     embedded = EmbeddedBroker(
-        data_dir, settings=settings, log_level="INFO", env=env, log_file=log_file
+        data_dir, settings=settings, log_level="INFO", env=env, log_file=logs / f"{name}.log"
     )
     broker = SupervisedBroker(embedded, history, name)
     broker.start()
