@@ -4,9 +4,9 @@
 
 Writes MB of keyed 1 KiB records (10,000 keys) to a topic under `cleanup.policy=delete`, then
 measures acks=all produce throughput to another topic for SECONDS with nothing to clean, then
-switches the first topic to `compact` (AlterConfigs) and measures again for SECONDS while the
-cleaner works. Prints the cleaner's MB/s (bytes of segments read per second of a round, from
-its log line), both produce figures and their ratio.
+switches the first topic to `compact` (IncrementalAlterConfigs) and measures again for SECONDS
+while the cleaner works. Prints the cleaner's MB/s (bytes of segments read per second of a
+round, from its log line), both produce figures and their ratio.
 """
 
 from __future__ import annotations
@@ -18,7 +18,13 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from onceflow.broker.embedded import EmbeddedBroker
 
@@ -80,8 +86,14 @@ def main() -> None:
                 future.result(10)
             produce_for(broker.bootstrap, "cleaned", None, megabytes << 20)
             idle = produce_for(broker.bootstrap, "load", seconds, None)
-            resource = ConfigResource(ConfigResource.Type.TOPIC, "cleaned", set_config=COMPACT)
-            admin.alter_configs([resource])[resource].result(10)
+            compact = [
+                ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+                for key, value in COMPACT.items()
+            ]
+            resource = ConfigResource(
+                ConfigResource.Type.TOPIC, "cleaned", incremental_configs=compact
+            )
+            admin.incremental_alter_configs([resource])[resource].result(10)
             busy = produce_for(broker.bootstrap, "load", seconds, None)
             deadline = time.monotonic() + 600
             found = None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -322,9 +322,10 @@ CRASH_POINTS = sorted(p for p in POINTS if p.startswith("cleaner."))
 def test_kill_9_mid_clean_restarts_to_the_same_content(
     make_broker: Callable[..., EmbeddedBroker], topic_name: str, tmp_path: Path, point: str
 ) -> None:
-    """Written under the delete policy, switched to compact (AlterConfigs): the first clean
-    dies at `point`; after the restart, read with the cleaner off, every record is one that
-    was written at that offset and nothing live is missing; with it on, the clean finishes."""
+    """Written under the delete policy, switched to compact (IncrementalAlterConfigs): the
+    first clean dies at `point`; after the restart, read with the cleaner off, every record is
+    one that was written at that offset and nothing live is missing; with it on, the clean
+    finishes."""
     data = tmp_path / "data"
     broker = make_broker(data, settings=BROKER_SETTINGS, env={"ONCEFLOW_CRASH_AT": point})
     bootstrap = broker.bootstrap
@@ -333,8 +334,9 @@ def test_kill_9_mid_clean_restarts_to_the_same_content(
     fillers = fill(bootstrap, topic_name)
     written = {r[0]: r for r in read(bootstrap, topic_name)}
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name, set_config=TOPIC_CONFIGS)
-    admin.alter_configs([resource])[resource].result(10)
+    compact = ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name, incremental_configs=[compact])
+    admin.incremental_alter_configs([resource])[resource].result(10)
     wait_for(lambda: broker.process.poll() is not None, what=f"the crash at {point}")
 
     broker.env = {}
