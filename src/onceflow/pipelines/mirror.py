@@ -67,6 +67,7 @@ from onceflow.mirror.replication_policy import (
     subscription_pattern,
 )
 from onceflow.mirror.target_limit import RecordTooLargeError
+from onceflow.pipelines.checkpoint import clear_unfinished_first_batch
 from onceflow.pipelines.session import client_properties_file, run_until, session
 from onceflow.spark.options import SourceOptions
 from onceflow.spark.topic_offsets import TopicOffsets
@@ -154,6 +155,7 @@ def start(
     )
     if trigger_interval:
         writer = writer.trigger(processingTime=f"{trigger_ms(trigger_interval)} milliseconds")
+    clear_unfinished_first_batch(checkpoint)
     return writer.start()
 
 

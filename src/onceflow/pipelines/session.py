@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.client_properties import ClientPropertiesError, load_client_properties
+from onceflow.pipelines.checkpoint import clear_unfinished_first_batch
 from onceflow.pipelines.progress import QueryStatus, StatusPrinter
 from onceflow.spark import local_session, register
 from onceflow.spark.options import SourceOptions
@@ -158,6 +159,7 @@ class PipelineOptions:
             writer = writer.option("topic", self.output_topic)
         if self.prefix:
             writer = writer.option("transactional.id.prefix", self.prefix)
+        clear_unfinished_first_batch(self.checkpoint)
         return writer.start()
 
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
-from urllib.parse import urlparse
 
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from onceflow.pipelines.checkpoint import clear_unfinished_first_batch, has_offsets
 from onceflow.pipelines.session import PipelineOptions
 
 # onceflow.sql (SQLAlchemy, psycopg) is imported only when a pipeline writes to a database:
@@ -28,15 +27,6 @@ def add_sql_arguments(p: argparse.ArgumentParser, table: str) -> None:
         "instead of the output topic.",
     )
     p.add_argument("--table", default=table, help=f"The table it writes [{table}].")
-
-
-def has_offsets(checkpoint: str) -> bool:
-    """Whether Spark will resume this checkpoint (and so ignore startingOffsets)."""
-    parsed = urlparse(checkpoint)
-    if parsed.scheme not in ("", "file"):
-        return True  # not ours to look into: Spark decides
-    offsets = Path(parsed.path if parsed.scheme else checkpoint) / "offsets"
-    return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
 
 
 def topic_partitions(options: PipelineOptions, topic: str) -> list[tuple[str, int]]:
@@ -87,6 +77,7 @@ def start_sql_sink(
         .option("keys", ",".join(keys))
         .option("checkpointLocation", options.checkpoint)
     )
+    clear_unfinished_first_batch(options.checkpoint)
     if accumulate:
         writer = writer.option("accumulate", ",".join(accumulate))
     return writer.start()

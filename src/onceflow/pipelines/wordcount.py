@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from onceflow.pipelines import CRASH_AFTER_BATCH_ENV
+from onceflow.pipelines.checkpoint import clear_unfinished_first_batch
 from onceflow.pipelines.session import (
     PipelineOptions,
     add_common_arguments,
@@ -104,6 +105,7 @@ def start(
         if after is not None:
             after(batch_id)
 
+    clear_unfinished_first_batch(options.checkpoint)
     return (
         word_counts(options.source(spark))
         .writeStream.outputMode("update")
