@@ -65,6 +65,34 @@ def test_copy_through_a_transform(spark: SparkSession, bootstrap: str, tmp_path:
     assert values == sorted(f"V{i}" for i in range(0, 200, 2))
 
 
+def test_copy_starts_on_a_checkpoint_whose_first_batch_a_kill_cut_short(
+    spark: SparkSession, bootstrap: str, tmp_path: Path
+) -> None:
+    """What a driver SIGKILLed while writing its first offset-log entry leaves: the query's
+    metadata and a hidden temporary file, no batch. Spark 4 refused it on every restart
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY); the pipeline clears the debris first."""
+    suffix = uuid.uuid4().hex[:8]
+    source, target = f"in-{suffix}", f"out-{suffix}"
+    create_topic(bootstrap, source)
+    create_topic(bootstrap, target)
+    produce(bootstrap, source, [f"v{i}" for i in range(50)])
+    checkpoint = tmp_path / "cp"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
+    (checkpoint / "offsets" / f".0.{uuid.uuid4()}.tmp").write_text("v1\n")
+    run_to_end(
+        copy_topic.start(
+            spark,
+            bootstrap=bootstrap,
+            input_topic=source,
+            output_topic=target,
+            checkpoint=str(checkpoint),
+        )
+    )
+    values = sorted(r.value.decode() for r in read_topic(bootstrap, target))
+    assert values == sorted(f"v{i}" for i in range(50))
+
+
 def shout_even(key: bytes | None, value: bytes | None) -> tuple[bytes | None, bytes] | None:
     """The transform of test_copy_through_a_transform: upper-case even values, drop odd."""
     assert value is not None
