@@ -45,23 +45,32 @@ def test_file_transactions_writes_each_file_once_and_bad_files_to_dead_letters(
     assert "line 3" in json.loads(letter.value)["error"]
 
 
-def test_copy_through_a_transform(spark: SparkSession, bootstrap: str, tmp_path: Path) -> None:
+def copy_to_end(
+    spark: SparkSession, bootstrap: str, checkpoint: Path, count: int, **options: str
+) -> list[str]:
+    """Copy `count` values v0.. from a new topic to another to the end; the values copied."""
     suffix = uuid.uuid4().hex[:8]
     source, target = f"in-{suffix}", f"out-{suffix}"
     create_topic(bootstrap, source)
     create_topic(bootstrap, target)
-    produce(bootstrap, source, [f"v{i}" for i in range(200)])
+    produce(bootstrap, source, [f"v{i}" for i in range(count)])
     run_to_end(
         copy_topic.start(
             spark,
             bootstrap=bootstrap,
             input_topic=source,
             output_topic=target,
-            checkpoint=str(tmp_path / "cp"),
-            transform="tests.spark.test_pipelines:shout_even",
+            checkpoint=str(checkpoint),
+            **options,
         )
     )
-    values = sorted(r.value.decode() for r in read_topic(bootstrap, target))
+    return sorted(r.value.decode() for r in read_topic(bootstrap, target))
+
+
+def test_copy_through_a_transform(spark: SparkSession, bootstrap: str, tmp_path: Path) -> None:
+    values = copy_to_end(
+        spark, bootstrap, tmp_path / "cp", 200, transform="tests.spark.test_pipelines:shout_even"
+    )
     assert values == sorted(f"V{i}" for i in range(0, 200, 2))
 
 
@@ -71,26 +80,11 @@ def test_copy_starts_on_a_checkpoint_whose_first_batch_a_kill_cut_short(
     """What a driver SIGKILLed while writing its first offset-log entry leaves: the query's
     metadata and a hidden temporary file, no batch. Spark 4 refused it on every restart
     (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY); the pipeline clears the debris first."""
-    suffix = uuid.uuid4().hex[:8]
-    source, target = f"in-{suffix}", f"out-{suffix}"
-    create_topic(bootstrap, source)
-    create_topic(bootstrap, target)
-    produce(bootstrap, source, [f"v{i}" for i in range(50)])
     checkpoint = tmp_path / "cp"
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
     (checkpoint / "offsets" / f".0.{uuid.uuid4()}.tmp").write_text("v1\n")
-    run_to_end(
-        copy_topic.start(
-            spark,
-            bootstrap=bootstrap,
-            input_topic=source,
-            output_topic=target,
-            checkpoint=str(checkpoint),
-        )
-    )
-    values = sorted(r.value.decode() for r in read_topic(bootstrap, target))
-    assert values == sorted(f"v{i}" for i in range(50))
+    assert copy_to_end(spark, bootstrap, checkpoint, 50) == sorted(f"v{i}" for i in range(50))
 
 
 def shout_even(key: bytes | None, value: bytes | None) -> tuple[bytes | None, bytes] | None:
