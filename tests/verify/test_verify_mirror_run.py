@@ -7,6 +7,7 @@ record once, in order, and nothing aborted; and that target read, tampered with,
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 from pathlib import Path
 
@@ -37,6 +38,35 @@ def test_verify_mirror_with_broker_and_driver_kills_finds_no_anomaly(tmp_path: P
     assert check_mirror(ops, target_topic) == []
     kinds = {a.kind for a in check_mirror(_tampered(ops), target_topic)}
     assert kinds == {"duplicate", "lost-write"}, kinds
+
+
+@pytest.mark.slow
+def test_verify_reports_a_mirror_driver_that_cannot_start(tmp_path: Path) -> None:
+    """A checkpoint path that is a file (a careless admin's): the driver fails the same way at
+    every start. The run ends with that error, after five starts, instead of restarting the
+    driver until the run's deadline and then waiting out the catch-up's five minutes."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "mirror-checkpoint").write_text("not a directory")
+    report_path = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            *verify_command(),
+            *("--embedded", "--mirror", "--duration", "120s", "--faults", "kill"),
+            *("--producers", "1", "--copiers", "0", "--seed", "3"),
+            *("--work-dir", str(tmp_path / "run"), "--json", str(report_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert done.returncode == 1, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    report = json.loads(report_path.read_text())
+    assert not report["ok"]
+    [error] = [e for e in report["errors"] if "mirror" in e]
+    assert error.startswith("the mirror exited 5 times in a row, each within 60 s"), error
+    assert "Destination exists and is not a directory" in error, error  # the driver's own
+    assert "mirror_caught_up" not in report  # no wait for a driver that will not come back
 
 
 def _tampered(ops: list[Op]) -> list[Op]:

@@ -37,6 +37,7 @@ import random
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -48,6 +49,10 @@ from onceflow.log.full_disk import FULL_DISK_ENV
 from onceflow.verify.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from onceflow.verify.proxy import KafkaProxy
 
+# A supervised process that exits on its own this many times in a row, each within this many
+# seconds of its start, keeps failing the same way: it is given up on (see Supervisor).
+CRASH_LOOP_EXITS = 5
+CRASH_LOOP_UP_S = 60.0
 BROKER = "broker"  # history process and function of the broker's own exits and restarts
 KILL, PAUSE, PARTITION, CRASH_CLIENT, DISK = "kill", "pause", "partition", "crash-client", "disk"
 KILL_MIRROR = "kill-mirror"  # SIGKILL of the mirror's driver (verify --mirror)
@@ -218,12 +223,27 @@ class Supervisor:
     """A child process restarted whenever it exits on its own, as a service manager restarts
     it; its exits and restarts go in the history (process `name`). The nemesis holds it down
     (`_held`, under `_lock`) while it kills it on purpose. Subclasses give the process and how
-    to bring it back."""
+    to bring it back.
 
-    def __init__(self, name: str, history: History) -> None:
+    With a `crash_loop` limit, a process that keeps failing the same way is not restarted
+    forever (systemd's start limit): after `crash_loop` exits on its own in a row, each before
+    it had been up `crash_loop_up_s`, the supervisor gives up and says why in `failure`, which
+    the run reports as an error, instead of restarting it until the run's deadline. The
+    broker's supervisor sets none: a disk the nemesis holds full halts it at every start, by
+    design, for as long as the fault lasts."""
+
+    def __init__(
+        self,
+        name: str,
+        history: History,
+        crash_loop: int | None = None,
+        crash_loop_up_s: float = CRASH_LOOP_UP_S,
+    ) -> None:
         self.name, self.history = name, history
         self.exits = 0  # exits the nemesis did not cause
         self.restarts = 0
+        self.failure: str | None = None  # why it was given up on
+        self.crash_loop, self.crash_loop_up_s = crash_loop, crash_loop_up_s
         self._held = False
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -236,17 +256,43 @@ class Supervisor:
         """Bring the process back after it exited on its own (exits counted already)."""
         raise NotImplementedError
 
+    def _last_words(self) -> str:
+        """The last thing the process said before it exited (its error, if it gave one)."""
+        return ""
+
     def _note(self, event: str, **details: Any) -> None:
         self.history.append(self.name, INFO, self.name, {"event": event, **details})
 
     def _watch(self) -> None:
+        seen: subprocess.Popen[Any] | None = None
+        up_since = 0.0
+        quick = 0  # exits in a row, each before it had been up crash_loop_up_s
         while not self._stop.wait(0.2):
             with self._lock:
                 process = self._process()
+                if process is not seen:  # a new incarnation (revived, or by the nemesis)
+                    seen, up_since = process, time.monotonic()
+                up_s = time.monotonic() - up_since
                 if self._held or process is None or process.poll() is None:
+                    if up_s >= self.crash_loop_up_s:
+                        quick = 0  # stayed up: whatever failed before is over
                     continue
                 self.exits += 1
+                quick = quick + 1 if up_s < self.crash_loop_up_s else 0
+                if self.crash_loop is not None and quick >= self.crash_loop:
+                    self._give_up(process, quick)
+                    return
                 self._revive(process)
+
+    def _give_up(self, exited: subprocess.Popen[Any], exits: int) -> None:
+        words = self._last_words()
+        self.failure = (
+            f"the {self.name.replace('-', ' ')} exited {exits} times in a row, each within "
+            f"{self.crash_loop_up_s:g} s of its start (last exit code {exited.returncode}"
+            + (f": {words}" if words else "")
+            + "); not restarted again"
+        )
+        self._note("gave-up", code=exited.returncode, error=words)
 
     def _stop_watching(self) -> None:
         self._stop.set()
@@ -295,8 +341,11 @@ class SupervisedBroker(Supervisor):
     def _process(self) -> subprocess.Popen[Any] | None:
         return self.broker.process
 
+    def _last_words(self) -> str:
+        return next((line for line in reversed(self.broker.output) if line.strip()), "")
+
     def _revive(self, exited: subprocess.Popen[Any]) -> None:
-        self._note("exited", code=exited.returncode, tail=list(self.broker.output)[-3:])
+        self._note("exited", code=exited.returncode, tail=self.broker.output[-3:])
         while not self._stop.is_set():
             try:
                 self.broker.start()

@@ -485,6 +485,9 @@ def run_verify(
             if nemesis.error is not None:
                 errors.append(f"fault injection failed: {nemesis.error}")
                 break
+            if mirror is not None and mirror.failure is not None:
+                errors.append(mirror.failure)  # nothing more to learn from the rest of the run
+                break
         report(Progress("healing", time.monotonic() - run_started, options.duration_s))
         nemesis.stop()
         if nemesis.error is not None and not errors:
@@ -546,7 +549,7 @@ def run_verify(
             if loaders:
                 read_database(workload, history)
             if mirror is not None and target is not None:
-                caught_up = _mirror_finish(
+                caught_up = mirror.failure is None and _mirror_finish(
                     max(MIRROR_CATCH_UP_S, options.duration_s),
                     mirror,
                     target,
@@ -558,7 +561,10 @@ def run_verify(
                         Progress(name, time.monotonic() - run_started, options.duration_s)
                     ),
                 )
-                if not caught_up:
+                if mirror.failure is not None:
+                    if mirror.failure not in errors:  # given up on after the running
+                        errors.append(mirror.failure)
+                elif not caught_up:
                     errors.append("the mirror did not catch up before the deadline")
         report(Progress("checking", time.monotonic() - run_started, options.duration_s))
         history.close()
@@ -571,7 +577,7 @@ def run_verify(
         )
         details["check_s"] = round(time.monotonic() - check_started, 2)
         details["run_s"] = round(check_started - started, 2)
-        if mirror is not None:
+        if mirror is not None and mirror.failure is None:  # else no target read to check
             result.anomalies.extend(check_mirror(history.ops, target_topic))
         if loaders:
             found, figures = check_database(source_ops(history.ops))
@@ -751,10 +757,14 @@ def _mirror_finish(
     def shown(behind: int, partitions: int) -> None:
         phase(f"mirror catching up: {behind} of {partitions} partitions behind")
 
-    caught_up = wait_caught_up(target.bootstrap, ends, timeout_s, shown)
+    caught_up = wait_caught_up(
+        target.bootstrap, ends, timeout_s, shown, lambda: mirror.failure is not None
+    )
     details["mirror_caught_up"] = caught_up
     details["mirror_exits"], details["mirror_restarts"] = mirror.exits, mirror.restarts
     details["target_broker_restarts"] = target.restarts
+    if mirror.failure is not None:
+        return False
     phase("target final read")
     read_target(target.bootstrap, workload, history, 60.0, tag)
     details["mirror_values"] = sum(

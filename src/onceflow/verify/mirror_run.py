@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,13 +24,15 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from onceflow.mirror.replication_policy import ReplicationPolicy
-from onceflow.verify.faults import Supervisor
+from onceflow.verify.faults import CRASH_LOOP_EXITS, CRASH_LOOP_UP_S, Supervisor
 from onceflow.verify.final_reads import final_pass
 from onceflow.verify.history import READ_COMMITTED, History
 from onceflow.verify.history import TopicPartition as Place
 from onceflow.verify.mirror_check import MIRROR_READ
 from onceflow.verify.workload import WorkloadSpec
 
+# The last line of a Python traceback: the exception's qualified name and its message.
+TRACEBACK_END = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b")
 MIRROR = "mirror"  # history process and function of the driver's own exits and restarts
 ALIAS = "source"
 # Bounded batches, as fast as it can: a micro-batch costs Spark about a second whatever its
@@ -79,7 +82,9 @@ class SupervisedMirror(Supervisor):
             *("--progress-interval", "5"),
             *("--target-property", f"transaction.timeout.ms={transaction_timeout_ms}"),
         ]
-        super().__init__(MIRROR, history)
+        # The driver does not exit on a broker's kill (its query rides it out): exits in a row
+        # on its own mean it cannot start, as on a checkpoint Spark refuses.
+        super().__init__(MIRROR, history, CRASH_LOOP_EXITS, CRASH_LOOP_UP_S)
         self.log = work_dir / "logs" / "mirror.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.started = 0.0  # time.monotonic() of the last spawn
@@ -130,8 +135,11 @@ class SupervisedMirror(Supervisor):
     def _process(self) -> subprocess.Popen[Any] | None:
         return self.process
 
+    def _last_words(self) -> str:
+        return last_error(self.log)
+
     def _revive(self, exited: subprocess.Popen[Any]) -> None:
-        self._note("exited", code=exited.returncode)
+        self._note("exited", code=exited.returncode, error=self._last_words())
         self._killpg(signal.SIGKILL)  # what the driver left behind (its JVM, say)
         self._spawn()
         self.restarts += 1
@@ -143,6 +151,26 @@ class SupervisedMirror(Supervisor):
         with self._lock:
             if self.running():
                 self._killpg(signal.SIGTERM)
+
+
+def last_error(log: Path, tail_bytes: int = 65536) -> str:
+    """The last error a driver's log holds: the closing line of its last Python traceback
+    (`module.SomeError: message`, with the Java exception py4j puts on the next line), else
+    its last line; "" if it wrote nothing."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
+            lines = f.read().decode(errors="replace").splitlines()
+    except FileNotFoundError:
+        return ""
+    ends = [i for i, line in enumerate(lines) if TRACEBACK_END.match(line)]
+    if not ends:
+        return next((line.strip() for line in reversed(lines) if line.strip()), "")[:500]
+    last = lines[ends[-1]]
+    java = lines[ends[-1] + 1] if ends[-1] + 1 < len(lines) else ""
+    if java.startswith(": "):  # py4j: "An error occurred while calling o76.start." and then
+        last += " " + java
+    return last.strip()[:500]
 
 
 def positions(target: str, partitions: list[Place]) -> dict[Place, int]:
@@ -166,12 +194,14 @@ def wait_caught_up(
     ends: dict[Place, int],
     timeout_s: float,
     progress: Callable[[int, int], None],
+    given_up: Callable[[], bool] = lambda: False,
 ) -> bool:
     """Wait until the target's mirror positions reach `ends` (per source partition, one past
-    its last committed record); `progress(behind, partitions)` after every look."""
+    its last committed record); `progress(behind, partitions)` after every look. False at the
+    deadline, or at once when `given_up()` says the driver will not come back."""
     wanted = {tp: end for tp, end in ends.items() if end > 0}
     deadline = time.monotonic() + timeout_s
-    while True:
+    while not given_up():
         held = positions(target, list(wanted))
         behind = sum(held.get(tp, -1) < end for tp, end in wanted.items())
         progress(behind, len(wanted))
@@ -180,6 +210,7 @@ def wait_caught_up(
         if time.monotonic() > deadline:
             return False
         time.sleep(1.0)
+    return False
 
 
 def committed_ends(ops_finals: dict[Place, dict[int, str]]) -> dict[Place, int]:
