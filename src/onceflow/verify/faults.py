@@ -341,9 +341,6 @@ class SupervisedBroker(Supervisor):
     def _process(self) -> subprocess.Popen[Any] | None:
         return self.broker.process
 
-    def _last_words(self) -> str:
-        return next((line for line in reversed(self.broker.output) if line.strip()), "")
-
     def _revive(self, exited: subprocess.Popen[Any]) -> None:
         self._note("exited", code=exited.returncode, tail=self.broker.output[-3:])
         while not self._stop.is_set():

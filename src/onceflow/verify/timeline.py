@@ -40,7 +40,7 @@ class FaultSpan:
 class Event:
     time: float
     process: str  # broker, target-broker, mirror
-    event: str  # exited, restarted, restart-failed
+    event: str  # exited, restarted, restart-failed, gave-up
 
 
 @dataclass(frozen=True)
