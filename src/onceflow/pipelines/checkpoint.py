@@ -21,13 +21,15 @@ def local_path(checkpoint: str) -> Path | None:
     return Path(parsed.path if parsed.scheme else checkpoint)
 
 
+def _has_batch(path: Path) -> bool:
+    offsets = path / "offsets"
+    return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+
+
 def has_offsets(checkpoint: str) -> bool:
     """Whether Spark will resume this checkpoint (and so ignore startingOffsets)."""
     path = local_path(checkpoint)
-    if path is None:
-        return True  # not ours to look into: Spark decides
-    offsets = path / "offsets"
-    return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+    return path is None or _has_batch(path)  # a remote one is not ours to look into
 
 
 def clear_unfinished_first_batch(checkpoint: str) -> list[Path]:
@@ -35,7 +37,7 @@ def clear_unfinished_first_batch(checkpoint: str) -> list[Path]:
     so that the query can start again; returns what it removed. A checkpoint with a batch is
     left as it is: Spark resumes it and ignores its temporary files."""
     path = local_path(checkpoint)
-    if path is None or has_offsets(checkpoint):
+    if path is None or _has_batch(path):
         return []
     removed = []
     for log in _LOGS:

@@ -77,7 +77,7 @@ def start_sql_sink(
         .option("keys", ",".join(keys))
         .option("checkpointLocation", options.checkpoint)
     )
-    clear_unfinished_first_batch(options.checkpoint)
     if accumulate:
         writer = writer.option("accumulate", ",".join(accumulate))
+    clear_unfinished_first_batch(options.checkpoint)
     return writer.start()

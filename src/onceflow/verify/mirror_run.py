@@ -24,7 +24,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from onceflow.mirror.replication_policy import ReplicationPolicy
-from onceflow.verify.faults import CRASH_LOOP_EXITS, CRASH_LOOP_UP_S, Supervisor
+from onceflow.verify.faults import CRASH_LOOP_EXITS, Supervisor
 from onceflow.verify.final_reads import final_pass
 from onceflow.verify.history import READ_COMMITTED, History
 from onceflow.verify.history import TopicPartition as Place
@@ -84,7 +84,7 @@ class SupervisedMirror(Supervisor):
         ]
         # The driver does not exit on a broker's kill (its query rides it out): exits in a row
         # on its own mean it cannot start, as on a checkpoint Spark refuses.
-        super().__init__(MIRROR, history, CRASH_LOOP_EXITS, CRASH_LOOP_UP_S)
+        super().__init__(MIRROR, history, crash_loop=CRASH_LOOP_EXITS)
         self.log = work_dir / "logs" / "mirror.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.started = 0.0  # time.monotonic() of the last spawn
