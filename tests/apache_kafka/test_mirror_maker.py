@@ -206,6 +206,17 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirrored]:
         wait_for(lambda: len(writer.committed) >= backlog, 60, "the writer to write on")
         mm2.start()
         wait_for(lambda: copied(before_kill + 300), START_S, what, poll=follower.poll)
+        # MM2's task sends an offset sync only as it commits a record or a transaction, at
+        # most 10 outstanding, a partition's latest waiting behind the first in line: one
+        # left waiting when the copying stops waits for more records, for ever (a CI run's
+        # two bursts of copying left partition 1 with none). The writer writes on until
+        # every partition has one.
+        wait_for(
+            lambda: first_syncs(source.bootstrap).keys() == set(range(PARTITIONS)),
+            120,
+            lambda: f"MM2's offset syncs of every partition: {first_syncs(source.bootstrap)}",
+            interval=0.5,
+        )
         writer.stop.set()
         thread.join(timeout=120)
         assert writer.failure is None, f"the writer failed: {writer.failure!r}"
@@ -214,15 +225,11 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirrored]:
 
         # The group has read half of each partition (its position, as a consumer commits it),
         # or up to MM2's first offset sync of the partition if that is later: MM2 translates
-        # only from a sync it holds, and it sends at most 10 at a time, keeping only a
-        # partition's latest waiting, so a partition's first sync may come late (a loaded run
-        # had none below 1,152 of 1,248 in partition 1 and rightly never checkpointed 624).
+        # only from a sync it holds, and a partition's first sync may come late (above: a
+        # loaded run had none below 1,152 of 1,248 in partition 1 and rightly never
+        # checkpointed 624).
         source_records = read_all(source.bootstrap, TOPIC)
-        first_sync: dict[int, int] = {}
-        for topic, p, upstream, _ in mm2_offset_syncs(source.bootstrap):
-            if topic == TOPIC:
-                first_sync[p] = min(upstream, first_sync.get(p, upstream))
-        assert first_sync.keys() == set(range(PARTITIONS)), f"MM2's offset syncs: {first_sync}"
+        first_sync = first_syncs(source.bootstrap)
         group_offsets = {}
         for p in range(PARTITIONS):
             mine = [offset for partition, offset, _ in source_records if partition == p]
@@ -353,6 +360,15 @@ def mm2_offset_syncs(bootstrap: str) -> list[tuple[str, int, int, int]]:
         upstream, downstream = struct.unpack(">qq", value)
         syncs.append((topic, partition, upstream, downstream))
     return syncs
+
+
+def first_syncs(bootstrap: str) -> dict[int, int]:
+    """{partition of the source topic: the upstream offset of its first offset sync}."""
+    first: dict[int, int] = {}
+    for topic, p, upstream, _ in mm2_offset_syncs(bootstrap):
+        if topic == TOPIC:
+            first[p] = min(upstream, first.get(p, upstream))
+    return first
 
 
 def read_keyed(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, bytes]]:
