@@ -206,13 +206,18 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirrored]:
         wait_for(lambda: len(writer.committed) >= backlog, 60, "the writer to write on")
         mm2.start()
         wait_for(lambda: copied(before_kill + 300), START_S, what, poll=follower.poll)
+
         # MM2's task sends an offset sync only as it commits a record or a transaction, at
         # most 10 outstanding, a partition's latest waiting behind the first in line: one
         # left waiting when the copying stops waits for more records, for ever (a CI run's
         # two bursts of copying left partition 1 with none). The writer writes on until
         # every partition has one.
-        wait_for(
-            lambda: first_syncs(source.bootstrap).keys() == set(range(PARTITIONS)),
+        def every_first_sync() -> dict[int, int] | None:
+            found = first_syncs(source.bootstrap)
+            return found if found.keys() == set(range(PARTITIONS)) else None
+
+        first_sync = wait_for(
+            every_first_sync,
             120,
             lambda: f"MM2's offset syncs of every partition: {first_syncs(source.bootstrap)}",
             interval=0.5,
@@ -229,7 +234,6 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirrored]:
         # loaded run had none below 1,152 of 1,248 in partition 1 and rightly never
         # checkpointed 624).
         source_records = read_all(source.bootstrap, TOPIC)
-        first_sync = first_syncs(source.bootstrap)
         group_offsets = {}
         for p in range(PARTITIONS):
             mine = [offset for partition, offset, _ in source_records if partition == p]
